@@ -1,0 +1,24 @@
+# Leapfrog: PGXS build.  `make demo` and `make test` are the two entry points
+# for a newcomer; both install what they need (see README.md).
+
+EXTENSION   = leapfrog
+MODULE_big  = leapfrog
+OBJS        = $(patsubst %.c,%.o,$(wildcard src/*.c))
+DATA        = sql/leapfrog--0.1.sql
+PG_CPPFLAGS = -I$(srcdir)/src -Wall -Wextra -Wno-unused-parameter -Wno-sign-compare -Wno-missing-field-initializers -Werror
+
+PG_CONFIG ?= pg_config
+PGXS := $(shell $(PG_CONFIG) --pgxs 2>/dev/null)
+ifneq ($(PGXS),)
+include $(PGXS)
+endif
+
+.PHONY: deps demo test
+deps:
+	./scripts/install-deps.sh
+
+demo: deps
+	./scripts/demo.sh
+
+test: deps
+	./scripts/test.sh

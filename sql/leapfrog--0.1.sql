@@ -1,0 +1,94 @@
+-- leapfrog--0.1.sql: catalog and SQL interface of the leapfrog extension.
+--
+-- The catalog is the durable record of every migration.  The per-tuple
+-- progress itself is not stored here: an input row is unmigrated exactly as
+-- long as it is still present in its retired table (see docs/design.md).
+
+\echo Use "CREATE EXTENSION leapfrog" to load this file. \quit
+
+-- Retired input tables live here until their migration is done.  Nobody but
+-- the extension needs to reach them, so PUBLIC gets no USAGE.
+CREATE SCHEMA leapfrog_retired;
+REVOKE ALL ON SCHEMA leapfrog_retired FROM PUBLIC;
+
+CREATE TABLE leapfrog.migration (
+    id           serial PRIMARY KEY,
+    name         text NOT NULL UNIQUE,
+    owner        oid NOT NULL,
+    state        text NOT NULL DEFAULT 'running'
+                 CHECK (state IN ('running', 'done', 'failed')),
+    script       text NOT NULL,
+    started_at   timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    finished_at  timestamptz,
+    tuples_total bigint,           -- input rows at start; known once done
+    error        text              -- why the migration failed
+);
+
+-- One row per retired input table.
+CREATE TABLE leapfrog.input (
+    migration_id int NOT NULL REFERENCES leapfrog.migration ON DELETE CASCADE,
+    relid        oid NOT NULL PRIMARY KEY,   -- the retired table
+    orig_name    text NOT NULL               -- its qualified name before start()
+);
+
+-- One row per INSERT ... SELECT of the script.  query is the analyzed mapping
+-- (nodeToString of a Query): SELECT <one expression per column of target,
+-- in attribute order>, ctid FROM input WHERE <filter>.  Storing the analyzed
+-- tree pins every function and operator at start(), so later search_path
+-- settings cannot change what the mapping computes.
+CREATE TABLE leapfrog.mapping (
+    id           serial PRIMARY KEY,
+    migration_id int NOT NULL REFERENCES leapfrog.migration ON DELETE CASCADE,
+    input_relid  oid NOT NULL REFERENCES leapfrog.input ON DELETE CASCADE,
+    target_relid oid NOT NULL,
+    query        text NOT NULL
+);
+CREATE INDEX ON leapfrog.mapping (target_relid);
+
+-- Insert-only log of migrated input rows: each migrating transaction appends
+-- one row, so concurrent sessions never contend on a counter.
+CREATE TABLE leapfrog.progress (
+    migration_id int NOT NULL REFERENCES leapfrog.migration ON DELETE CASCADE,
+    n            bigint NOT NULL
+);
+CREATE INDEX ON leapfrog.progress (migration_id);
+
+REVOKE ALL ON ALL TABLES IN SCHEMA leapfrog FROM PUBLIC;
+
+CREATE FUNCTION leapfrog.start(name text, script text)
+RETURNS void
+AS 'MODULE_PATHNAME', 'leapfrog_start'
+LANGUAGE C STRICT VOLATILE;
+
+CREATE FUNCTION leapfrog.complete(name text)
+RETURNS void
+AS 'MODULE_PATHNAME', 'leapfrog_complete'
+LANGUAGE C STRICT VOLATILE;
+
+CREATE FUNCTION leapfrog.remaining(name text)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'leapfrog_remaining'
+LANGUAGE C STRICT VOLATILE;
+
+CREATE FUNCTION leapfrog.wait(name text, timeout_s float8 DEFAULT NULL)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'leapfrog_wait'
+LANGUAGE C VOLATILE;
+
+CREATE VIEW leapfrog.migrations AS
+SELECT m.name,
+       m.state,
+       m.started_at,
+       m.finished_at,
+       CASE WHEN m.state = 'running'
+            THEN p.migrated + leapfrog.remaining(m.name)
+            ELSE m.tuples_total END AS tuples_total,
+       p.migrated AS tuples_migrated,
+       m.error
+  FROM leapfrog.migration m
+  CROSS JOIN LATERAL (SELECT pg_catalog.coalesce(pg_catalog.sum(g.n), 0)::bigint AS migrated
+                        FROM leapfrog.progress g
+                       WHERE g.migration_id = m.id) p;
+
+GRANT USAGE ON SCHEMA leapfrog TO PUBLIC;
+GRANT SELECT ON leapfrog.migrations TO PUBLIC;
