@@ -1,0 +1,374 @@
+"""Shared pieces of the crash and stress tests: the data set, the two
+migrations, and client threads that write through the new schema while
+tracking exactly what they committed.
+
+Data set (ids 1..N, values a pure function of the id, so the eager result is
+computed here in Python):
+  acct(id, grp, bal bigint, note text)
+     -> same-name replacement acct(id, grp, bal numeric(14,2) = bal * 1.5,
+        note varchar(40) = upper(note), flag bool = bal % 2 = 0)
+  orders(id, cust, amount numeric(12,2), status, memo)
+     -> split into order_core(id, cust, amount) and
+        order_info(id, status, memo, edits int DEFAULT 0)
+
+Writers own disjoint keys (id % n_writers), so each knows the exact value of
+its rows at any time.  A transaction counts only once its COMMIT returned;
+when the connection dies during COMMIT the outcome is in doubt and is
+resolved after reconnecting by looking for the transaction's row in the
+ledger table (written in the same transaction; the ledger is not migrated).
+"""
+
+import random
+import threading
+import time
+import traceback
+from decimal import Decimal
+
+import psycopg
+
+ACCT_MIGRATION = """
+CREATE TABLE acct_v2 (id int PRIMARY KEY, grp int NOT NULL, bal numeric(14,2),
+                      note varchar(40), flag bool);
+INSERT INTO acct_v2 (id, grp, bal, note, flag)
+    SELECT id, grp, bal * 1.5, upper(note), bal % 2 = 0 FROM acct;
+DROP TABLE acct;
+ALTER TABLE acct_v2 RENAME TO acct;
+"""
+
+ORDERS_MIGRATION = """
+CREATE TABLE order_core (id int PRIMARY KEY, cust int, amount numeric(12,2));
+CREATE TABLE order_info (id int PRIMARY KEY, status text, memo text,
+                         edits int NOT NULL DEFAULT 0);
+CREATE INDEX ON order_core (cust);
+INSERT INTO order_core SELECT id, cust, amount FROM orders;
+INSERT INTO order_info (id, status, memo) SELECT id, status, memo FROM orders;
+DROP TABLE orders;
+"""
+
+RETRYABLE = ("40001", "40P01")
+
+
+def acct_initial(i):
+    return {"grp": i % 10, "bal": (i * 37) % 1000, "note": "n%d" % i}
+
+
+def acct_eager(i):
+    a = acct_initial(i)
+    return (a["grp"], (Decimal(a["bal"]) * Decimal("1.5")).quantize(Decimal("0.01")),
+            a["note"].upper(), a["bal"] % 2 == 0)
+
+
+def order_eager(i):
+    amount = Decimal(i % 500) + Decimal("0.25")
+    return (i % 1000, amount), (["new", "paid", "sent"][i % 3], "m%d" % i, 0)
+
+
+def create_data(conn, n_acct, n_orders):
+    conn.execute("""
+        CREATE TABLE acct (id int PRIMARY KEY, grp int NOT NULL, bal bigint, note text);
+        INSERT INTO acct SELECT i, i % 10, (i * 37) % 1000, 'n' || i
+          FROM generate_series(1, {n}) i;
+        CREATE TABLE orders (id int PRIMARY KEY, cust int, amount numeric(12,2),
+                             status text, memo text);
+        INSERT INTO orders SELECT i, i % 1000, (i % 500) + 0.25,
+               (ARRAY['new', 'paid', 'sent'])[i % 3 + 1], 'm' || i
+          FROM generate_series(1, {m}) i;
+        CREATE TABLE ledger (txid text PRIMARY KEY, writer int, acct_ids int[],
+                             acct_delta int, order_id int, order_delta numeric(12,2));
+    """.format(n=n_acct, m=n_orders))
+    conn.execute("VACUUM ANALYZE")
+
+
+def start_migrations(conn):
+    t0 = time.monotonic()
+    conn.execute("SELECT leapfrog.start('acct_v2', %s)", [ACCT_MIGRATION])
+    t1 = time.monotonic()
+    conn.execute("SELECT leapfrog.start('split_orders', %s)", [ORDERS_MIGRATION])
+    t2 = time.monotonic()
+    return t1 - t0, t2 - t1
+
+
+class Writer(threading.Thread):
+    """Updates its own keys through the new schema; tracks committed effects."""
+
+    def __init__(self, cluster, wid, nwriters, n_acct, n_orders, dbname, seed,
+                 rr_fraction=0.2, think=0.002, max_txns=10 ** 6):
+        super().__init__(daemon=True, name="writer-%d" % wid)
+        self.cluster = cluster
+        self.wid = wid
+        self.nw = nwriters
+        self.n_acct = n_acct
+        self.n_orders = n_orders
+        self.dbname = dbname
+        self.rng = random.Random(seed)
+        self.rr_fraction = rr_fraction
+        self.think = think
+        self.max_txns = max_txns
+        self.stop_event = threading.Event()
+        self.pause_event = threading.Event()    # set: finish the txn, then hold
+        self.paused = threading.Event()         # set by the thread while holding
+        self.acct_delta = {}      # id -> committed sum of deltas
+        self.order_delta = {}     # id -> committed sum of deltas
+        self.order_edits = {}     # id -> committed count of edits
+        self.committed = []       # txids whose COMMIT returned (or resolved committed)
+        self.aborted_by_crash = 0
+        self.in_doubt = 0
+        self.in_doubt_committed = 0
+        self.retries = {"40001": 0, "40P01": 0}
+        self.errors = []          # unexpected: (txid, sqlstate, message)
+        self.reconnects = 0
+        self.conn = None
+        self.seq = 0
+        self.verified_reads = 0
+
+    # -- keys
+    def _own(self, n):
+        """A random key of this writer: ids with (id - 1) % nwriters == wid."""
+        k = self.rng.randint(0, (n - 1 - self.wid) // self.nw)
+        return k * self.nw + self.wid + 1
+
+    def _connect(self, deadline):
+        last = None
+        for _ in range(2000):
+            if time.monotonic() > deadline:
+                break
+            try:
+                c = self.cluster.connect(self.dbname, autocommit=True,
+                                         application_name="lf-writer-%d" % self.wid)
+                c.execute("SET statement_timeout = '60s'")
+                return c
+            except psycopg.Error as e:
+                last = e
+                time.sleep(0.1)
+        raise RuntimeError("writer %d could not reconnect: %r" % (self.wid, last))
+
+    def _ensure_conn(self):
+        if self.conn is None or self.conn.closed or self.conn.broken:
+            if self.conn is not None:
+                self.reconnects += 1
+                try:
+                    self.conn.close()
+                except Exception:
+                    pass
+            self.conn = self._connect(time.monotonic() + 90)
+
+    def _apply(self, tx):
+        for i in tx["ids"]:
+            self.acct_delta[i] = self.acct_delta.get(i, 0) + tx["d"]
+        o = tx["oid"]
+        self.order_delta[o] = self.order_delta.get(o, Decimal(0)) + tx["od"]
+        self.order_edits[o] = self.order_edits.get(o, 0) + 1
+        self.committed.append(tx["txid"])
+
+    def expected_acct(self, i):
+        g, bal, note, flag = acct_eager(i)
+        return (g, bal + self.acct_delta.get(i, 0), note, flag)
+
+    def expected_order(self, i):
+        (cust, amount), (status, memo, edits) = order_eager(i)
+        return (cust, amount + self.order_delta.get(i, Decimal(0)),
+                edits + self.order_edits.get(i, 0))
+
+    def _resolve_in_doubt(self, tx):
+        self._ensure_conn()
+        row = self.conn.execute("SELECT 1 FROM ledger WHERE txid = %s",
+                                [tx["txid"]]).fetchone()
+        if row:
+            self.in_doubt_committed += 1
+            self._apply(tx)
+
+    def run(self):
+        try:
+            self._run()
+        except Exception:
+            self.errors.append(("fatal", None, traceback.format_exc()))
+        finally:
+            if self.conn is not None:
+                try:
+                    self.conn.close()
+                except Exception:
+                    pass
+
+    def _run(self):
+        for _ in range(self.max_txns):
+            if self.stop_event.is_set():
+                return
+            if self.pause_event.is_set():
+                self.paused.set()
+                for _ in range(6000):
+                    if not self.pause_event.is_set() or self.stop_event.is_set():
+                        break
+                    time.sleep(0.01)
+                self.paused.clear()
+            self.seq += 1
+            k = self.rng.randint(1, 3)
+            ids = sorted(set(self._own(self.n_acct) for _ in range(k)))
+            tx = {"txid": "w%d-%d" % (self.wid, self.seq), "ids": ids,
+                  "d": self.rng.choice([-7, -3, -1, 1, 2, 5, 11]),
+                  "oid": self._own(self.n_orders),
+                  "od": Decimal(self.rng.randint(-300, 300)) / 100}
+            iso = "REPEATABLE READ" if self.rng.random() < self.rr_fraction else "READ COMMITTED"
+            for attempt in range(50):
+                outcome = self._one_txn(tx, iso)
+                if outcome != "retry":
+                    break
+                time.sleep(0.001 * self.rng.randint(1, 20))
+            if outcome == "error" and len(self.errors) > 20:
+                return
+            if self.think:
+                time.sleep(self.think)
+
+    def _one_txn(self, tx, iso):
+        try:
+            self._ensure_conn()
+        except RuntimeError as e:
+            self.errors.append((tx["txid"], None, str(e)))
+            self.stop_event.set()
+            return "error"
+        c = self.conn
+        phase = "body"
+        try:
+            c.execute("BEGIN ISOLATION LEVEL " + iso)
+            cur = c.execute("UPDATE acct SET bal = bal + %s WHERE id = ANY(%s)",
+                            [tx["d"], tx["ids"]])
+            if cur.rowcount != len(tx["ids"]):
+                self.errors.append((tx["txid"], None, "UPDATE acct touched %d rows, want %d (ids %r)"
+                                    % (cur.rowcount, len(tx["ids"]), tx["ids"])))
+            cur = c.execute("UPDATE order_core SET amount = amount + %s WHERE id = %s",
+                            [tx["od"], tx["oid"]])
+            if cur.rowcount != 1:
+                self.errors.append((tx["txid"], None, "UPDATE order_core touched %d rows (id %d)"
+                                    % (cur.rowcount, tx["oid"])))
+            cur = c.execute("UPDATE order_info SET edits = edits + 1 WHERE id = %s", [tx["oid"]])
+            if cur.rowcount != 1:
+                self.errors.append((tx["txid"], None, "UPDATE order_info touched %d rows (id %d)"
+                                    % (cur.rowcount, tx["oid"])))
+            c.execute("INSERT INTO ledger VALUES (%s, %s, %s, %s, %s, %s)",
+                      [tx["txid"], self.wid, tx["ids"], tx["d"], tx["oid"], tx["od"]])
+            phase = "commit"
+            c.execute("COMMIT")
+        except psycopg.Error as e:
+            st = getattr(e, "sqlstate", None)
+            if c.broken or c.closed or isinstance(e, psycopg.OperationalError) and st in (
+                    None, "57P01", "57P02", "57P03", "08006", "08003", "08000"):
+                if phase == "commit":
+                    self.in_doubt += 1
+                    try:
+                        self._resolve_in_doubt(tx)
+                    except (psycopg.Error, RuntimeError) as e2:
+                        # Try once more after the server is back.
+                        try:
+                            self.conn = None
+                            time.sleep(0.5)
+                            self._resolve_in_doubt(tx)
+                        except (psycopg.Error, RuntimeError) as e3:
+                            self.errors.append((tx["txid"], None, "in-doubt unresolved: %r %r" % (e2, e3)))
+                            self.stop_event.set()
+                            return "error"
+                else:
+                    self.aborted_by_crash += 1
+                return "crashed"
+            try:
+                c.execute("ROLLBACK")
+            except psycopg.Error:
+                pass
+            if st in RETRYABLE:
+                self.retries[st] += 1
+                return "retry"
+            self.errors.append((tx["txid"], st, "%s: %s" % (type(e).__name__, e)))
+            return "error"
+        self._apply(tx)
+        if self.rng.random() < 0.2:
+            self._verify(tx)
+        return "ok"
+
+    def _verify(self, tx):
+        """Read own rows back (join of the split tables too) and compare."""
+        try:
+            rows = self.conn.execute(
+                "SELECT id, grp, bal, note, flag FROM acct WHERE id = ANY(%s) ORDER BY id",
+                [tx["ids"]]).fetchall()
+            got = {r[0]: tuple(r[1:]) for r in rows}
+            want = {i: self.expected_acct(i) for i in tx["ids"]}
+            if got != want or len(rows) != len(tx["ids"]):
+                self.errors.append((tx["txid"], None, "read acct %r, want %r" % (rows, want)))
+            r = self.conn.execute(
+                "SELECT c.cust, c.amount, i.edits FROM order_core c JOIN order_info i "
+                "ON i.id = c.id WHERE c.id = %s", [tx["oid"]]).fetchall()
+            want_o = [self.expected_order(tx["oid"])]
+            if [tuple(x) for x in r] != want_o:
+                self.errors.append((tx["txid"], None, "read order %d: %r, want %r"
+                                    % (tx["oid"], r, want_o)))
+            self.verified_reads += 1
+        except psycopg.Error:
+            # A crash in the middle of a read: nothing to learn.
+            pass
+
+
+class Writers:
+    def __init__(self, cluster, n, n_acct, n_orders, dbname="app", seed=1, **kw):
+        self.threads = [Writer(cluster, w, n, n_acct, n_orders, dbname, seed * 100 + w, **kw)
+                        for w in range(n)]
+
+    def start(self):
+        for t in self.threads:
+            t.start()
+
+    def stop(self, timeout=90):
+        for t in self.threads:
+            t.stop_event.set()
+        deadline = time.monotonic() + timeout
+        for t in self.threads:
+            t.join(max(0.1, deadline - time.monotonic()))
+        stuck = [t.name for t in self.threads if t.is_alive()]
+        assert not stuck, "writer threads did not stop: %r" % stuck
+
+    def committed(self):
+        return sum(len(t.committed) for t in self.threads)
+
+    def pause(self, timeout=60):
+        """Let every writer finish its transaction and hold (bounded)."""
+        for t in self.threads:
+            t.pause_event.set()
+        deadline = time.monotonic() + timeout
+        for t in self.threads:
+            while t.is_alive() and not t.paused.is_set() and time.monotonic() < deadline:
+                time.sleep(0.01)
+        stuck = [t.name for t in self.threads if t.is_alive() and not t.paused.is_set()]
+        assert not stuck, "writers did not pause: %r" % stuck
+
+    def resume(self):
+        for t in self.threads:
+            t.pause_event.clear()
+
+    def errors(self):
+        return [e for t in self.threads for e in t.errors]
+
+    def summary(self):
+        return {
+            "committed": self.committed(),
+            "in_doubt": sum(t.in_doubt for t in self.threads),
+            "in_doubt_committed": sum(t.in_doubt_committed for t in self.threads),
+            "aborted_by_crash": sum(t.aborted_by_crash for t in self.threads),
+            "retries_40001": sum(t.retries["40001"] for t in self.threads),
+            "retries_40P01": sum(t.retries["40P01"] for t in self.threads),
+            "reconnects": sum(t.reconnects for t in self.threads),
+            "verified_reads": sum(t.verified_reads for t in self.threads),
+        }
+
+    def expected_acct(self, i):
+        return self.threads[(i - 1) % len(self.threads)].expected_acct(i)
+
+    def expected_order(self, i):
+        return self.threads[(i - 1) % len(self.threads)].expected_order(i)
+
+    def wait_committed(self, n, timeout):
+        deadline = time.monotonic() + timeout
+        target = self.committed() + n
+        for _ in range(int(timeout / 0.05) + 10):
+            if self.committed() >= target or time.monotonic() > deadline:
+                break
+            if any(t.errors for t in self.threads):
+                break
+            time.sleep(0.05)
+        return self.committed() >= target

@@ -1,0 +1,811 @@
+"""Differential tests: leapfrog.start against the eager run of the same script.
+
+For each seed, a seeded generator makes a source table (several column types,
+NULLs), a single-table migration script (projection, computed columns,
+renames, type changes, filters, splits, CTAS, same-name replacement) and a
+workload on the new schema.  Database A runs the script eagerly, in one
+transaction; database B hands it to leapfrog.start with the background worker
+off, so the workload's own statements migrate the rows.  Every statement's
+result (rows, row count or SQLSTATE) must be the same in both, and so must the
+final tables after leapfrog.complete().
+
+Replay one seed:      LEAPFROG_DIFF_SEEDS=17 pytest test/python/test_differential.py
+More seeds:           LEAPFROG_DIFF_COUNT=500 LEAPFROG_DIFF_BASE=1000 pytest ...
+"""
+
+import datetime as dt
+import os
+import random
+from decimal import Decimal
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from conftest import MOCK
+
+UTC = dt.timezone.utc
+
+
+def _seeds():
+    if os.environ.get("LEAPFROG_DIFF_SEEDS"):
+        return [int(s) for s in os.environ["LEAPFROG_DIFF_SEEDS"].split(",") if s.strip()]
+    base = int(os.environ.get("LEAPFROG_DIFF_BASE", "0"))
+    count = int(os.environ.get("LEAPFROG_DIFF_COUNT", "40"))
+    return list(range(base, base + count))
+
+
+# ---------------------------------------------------------------------------
+# Types: declared SQL type, value generator for data and workload parameters.
+
+WORDS = ["alpha", "beta", "gamma", "delta", "apple", "mango", "zeta", "kilo",
+         "omega", "", "b", "Mixed Case", "ünï", "x y", "m", "aa"]
+
+
+def gen_value(rng, t):
+    if t == "int":
+        return rng.randint(-1000, 1000)
+    if t == "bigint":
+        return rng.randint(-10 ** 12, 10 ** 12)
+    if t in ("numeric", "numeric(12,2)", "numeric(16,1)"):
+        return Decimal(rng.randint(-1000000, 1000000)) / 100
+    if t in ("text", "varchar(64)", "varchar(24)"):
+        w = rng.choice(WORDS)
+        return w if rng.random() < 0.5 else w + str(rng.randint(0, 99))
+    if t == "bool":
+        return rng.random() < 0.5
+    if t == "date":
+        return dt.date(2020, 1, 1) + dt.timedelta(days=rng.randint(0, 2000))
+    if t == "timestamp":
+        return dt.datetime(2020, 1, 1) + dt.timedelta(seconds=rng.randint(0, 2000 * 86400))
+    if t == "timestamptz":
+        return dt.datetime(2020, 1, 1, tzinfo=UTC) + dt.timedelta(
+            seconds=rng.randint(0, 2000 * 86400))
+    raise AssertionError(t)
+
+
+SOURCE_TYPES = ["int", "bigint", "numeric(12,2)", "text", "varchar(24)", "bool",
+                "date", "timestamptz"]
+
+
+def base_type(t):
+    return {"numeric(12,2)": "numeric", "numeric(16,1)": "numeric",
+            "varchar(24)": "varchar", "varchar(64)": "varchar"}.get(t, t)
+
+
+# Immutable, error-free expressions over one source column {c} (and id), with
+# their result type.  Every one is checked by test_expression_catalogue.
+EXPRS = {
+    "int": [("{c}", "int"), ("{c} + 1", "int"), ("{c} * 2", "int"), ("-{c}", "int"),
+            ("abs({c})", "int"), ("{c} % 7", "int"), ("coalesce({c}, 0)", "int"),
+            ("{c}::bigint * 3", "bigint"), ("{c}::numeric / 4", "numeric"),
+            ("({c} > 0)", "bool"), ("{c}::text", "text"), ("greatest({c}, 0)", "int"),
+            ("CASE WHEN {c} IS NULL THEN -1 ELSE {c} END", "int"), ("{c} + id", "int")],
+    "bigint": [("{c}", "bigint"), ("{c} / 3", "bigint"), ("{c} + id", "bigint"),
+               ("{c}::numeric(20,0)", "numeric"), ("{c}::text", "text"),
+               ("coalesce({c}, -1)", "bigint")],
+    "numeric": [("{c}", "numeric"), ("round({c}, 1)", "numeric"), ("{c} * 2", "numeric"),
+                ("{c}::int", "int"), ("{c} + 0.5", "numeric"), ("coalesce({c}, 0)", "numeric"),
+                ("{c}::text", "text"), ("trunc({c})", "numeric")],
+    "text": [("{c}", "text"), ("upper({c})", "text"), ("length({c})", "int"),
+             ("{c} || '!'", "text"), ("substr({c}, 1, 3)", "text"),
+             ("coalesce({c}, '')", "text"), ("{c} || id::text", "text"),
+             ("left({c}, 5)", "text"), ("({c} LIKE 'a%')", "bool"), ("md5({c})", "text"),
+             ("reverse({c})", "text")],
+    "varchar": [("{c}", "varchar(24)"), ("{c}::text", "text"), ("lower({c})", "text"),
+                ("length({c})", "int"), ("{c} || 'v'", "text")],
+    "bool": [("{c}", "bool"), ("NOT {c}", "bool"), ("coalesce({c}, false)", "bool"),
+             ("CASE WHEN {c} THEN 1 ELSE 0 END", "int"), ("{c}::int", "int"),
+             ("{c}::text", "text")],
+    "date": [("{c}", "date"), ("{c} + 30", "date"), ("{c} - date '2020-01-01'", "int"),
+             ("extract(year from {c})", "numeric"), ("{c}::timestamp", "timestamp")],
+    "timestamptz": [("{c}", "timestamptz"), ("{c} AT TIME ZONE 'UTC'", "timestamp"),
+                    ("({c} AT TIME ZONE 'UTC')::date", "date"),
+                    ("({c} > '2022-01-01 00:00:00+00')", "bool")],
+}
+
+# Declared target types an expression's result may be changed to (assignment
+# casts that are immutable and cannot fail on the generated data).
+TYPE_CHANGES = {
+    "int": ["bigint", "numeric", "text", "numeric(16,1)"],
+    "bigint": ["numeric", "text"],
+    "numeric": ["numeric(16,1)", "bigint", "text"],
+    "text": ["varchar(64)"],
+    "varchar": ["text"],
+    "varchar(24)": ["text", "varchar(64)"],
+    "bool": ["text"],
+    "date": ["timestamp"],
+    "timestamp": ["date"],
+}
+
+# Filters on one source column.
+def gen_filter_on(rng, col, t):
+    bt = base_type(t)
+    if bt == "int":
+        return rng.choice(["{c} > %d" % rng.randint(-500, 500), "{c} IS NOT NULL",
+                           "{c} %% 2 = 0", "{c} BETWEEN -300 AND 600"]).format(c=col)
+    if bt == "bigint":
+        return "%s < %d" % (col, rng.randint(-10 ** 11, 10 ** 12))
+    if bt == "numeric":
+        return "%s >= %s" % (col, Decimal(rng.randint(-500000, 500000)) / 100)
+    if bt in ("text", "varchar"):
+        return rng.choice(["{c} >= 'm'", "{c} IS NULL", "length({c}) > 3",
+                           "{c} <> 'alpha'"]).replace("{c}", col)
+    if bt == "bool":
+        return rng.choice(["{c}", "NOT {c}", "{c} IS NOT TRUE"]).format(c=col)
+    if bt == "date":
+        return "%s < date '2022-06-01'" % col
+    if bt == "timestamptz":
+        return "%s >= '2021-03-01 00:00:00+00'" % col
+    raise AssertionError(t)
+
+
+def fmt(expr, col):
+    return expr.replace("{c}", col)
+
+
+# ---------------------------------------------------------------------------
+# Cases
+
+class Table:
+    def __init__(self, name, cols, pk):
+        self.name = name          # final name in the new schema
+        self.cols = cols          # [(name, declared type)]
+        self.pk = pk              # primary key on id?
+
+    def col_names(self):
+        return [c for c, _ in self.cols]
+
+
+class Case:
+    pass
+
+
+def gen_source(rng):
+    ncols = rng.randint(3, 7)
+    cols = []
+    for i in range(ncols):
+        t = rng.choice(SOURCE_TYPES)
+        cols.append(("c%d_%s" % (i, base_type(t)), t))
+    nrows = rng.randint(30, 300)
+    ids = rng.sample(range(1, nrows * 3), nrows)
+    null_p = rng.choice([0.0, 0.1, 0.3])
+    rows = []
+    for i in ids:
+        rows.append([i] + [None if rng.random() < null_p else gen_value(rng, t)
+                           for _, t in cols])
+    return cols, rows
+
+
+def gen_mapping_cols(rng, src_cols, ncols, allow_change=True):
+    """Columns of a target table: [(name, declared type, expr)]; id first."""
+    out = [("id", "int", "id")]
+    used = set(["id"])
+    for k in range(ncols):
+        scol, stype = rng.choice(src_cols)
+        expr, rtype = rng.choice(EXPRS[base_type(stype)])
+        name = rng.choice([scol, "%s_x%d" % (scol, k), "n%d" % k])
+        if name in used:
+            name = "n%d_%d" % (k, rng.randint(0, 999))
+        used.add(name)
+        decl = rtype
+        if allow_change and rng.random() < 0.25 and rtype in TYPE_CHANGES:
+            decl = rng.choice(TYPE_CHANGES[rtype])
+        out.append((name, decl, fmt(expr, scol)))
+    return out
+
+
+def gen_filter(rng, src_cols):
+    if rng.random() < 0.5:
+        return None
+    parts = []
+    for _ in range(rng.randint(1, 2)):
+        if rng.random() < 0.3:
+            parts.append(rng.choice(["id %% 3 <> 1", "id > %d" % rng.randint(0, 400)]))
+        else:
+            c, t = rng.choice(src_cols)
+            parts.append(gen_filter_on(rng, c, t))
+    return (" AND " if rng.random() < 0.6 else " OR ").join("(%s)" % p for p in parts)
+
+
+def create_table_sql(name, cols, pk, extra=None):
+    defs = []
+    for c, t, _ in cols:
+        d = "%s %s" % (c, t)
+        if c == "id" and pk:
+            d += " PRIMARY KEY"
+        defs.append(d)
+    if extra:
+        defs.append(extra)
+    return "CREATE TABLE %s (%s);" % (name, ", ".join(defs))
+
+
+def insert_select_sql(target, cols, src, where, rng, alias=False):
+    exprs = [e for _, _, e in cols]
+    src_ref = src
+    if alias:
+        src_ref = "%s s" % src
+        exprs = [_alias_expr(e) for e in exprs]
+    col_list = ""
+    if rng.random() < 0.5:
+        col_list = " (%s)" % ", ".join(c for c, _, _ in cols)
+    s = "INSERT INTO %s%s SELECT %s FROM %s" % (target, col_list, ", ".join(exprs), src_ref)
+    if where:
+        s += " WHERE " + (_alias_expr(where) if alias else where)
+    return s.replace("%%", "%") + ";"
+
+
+def _alias_expr(e):
+    # Qualify bare column references with the alias s (columns are c<digit>_...
+    # or id); literals never contain such words.
+    import re
+    return re.sub(r"\b(id|c\d+_[a-z]+)\b", r"s.\1", e)
+
+
+def gen_case(seed):
+    rng = random.Random(seed)
+    case = Case()
+    case.seed = seed
+    src = "src%d" % rng.randint(0, 9)
+    case.src = src
+    case.src_cols, case.rows = gen_source(rng)
+    case.name = "mig_%d" % seed
+    kind = rng.choice(["project", "same_name_a", "same_name_b", "split", "split",
+                       "ctas", "ctas_same_name", "split_ctas"])
+    case.kind = kind
+    stmts = []
+    tables = []
+    idx = []
+
+    def maybe_index(created_as, final, cols):
+        if rng.random() < 0.4:
+            idx.append((created_as, final, rng.choice(cols)[0]))
+
+    if kind in ("project", "same_name_a", "same_name_b"):
+        cols = gen_mapping_cols(rng, case.src_cols, rng.randint(1, 5))
+        where = gen_filter(rng, case.src_cols)
+        pk = rng.random() < 0.85
+        extra = None
+        extra_col = None
+        if rng.random() < 0.3:
+            # A column the INSERT leaves to its (immutable) default.
+            extra_col = ("extra", "int")
+            extra = "extra int DEFAULT 7"
+        if kind == "project":
+            final = "t_%s" % rng.choice(["new", "v2", "next"])
+            stmts.append(create_table_sql(final, cols, pk, extra))
+            stmts.append(insert_select_sql(final, cols, src, where, rng,
+                                           alias=rng.random() < 0.3))
+            if extra:  # column list is mandatory then
+                stmts[-1] = _with_col_list(stmts[-1], cols)
+            stmts.append("DROP TABLE %s;" % src)
+        elif kind == "same_name_a":
+            # new table under a temporary name, renamed over the old one
+            final = src
+            tmp = "%s_tmp" % src
+            stmts.append(create_table_sql(tmp, cols, pk, extra))
+            stmts.append(insert_select_sql(tmp, cols, src, where, rng))
+            if extra:
+                stmts[-1] = _with_col_list(stmts[-1], cols)
+            stmts.append("DROP TABLE %s;" % src)
+            stmts.append("ALTER TABLE %s RENAME TO %s;" % (tmp, src))
+        else:
+            # old table renamed out of the way, new one created under its name
+            final = src
+            old = "%s_old" % src
+            stmts.append("ALTER TABLE %s RENAME TO %s;" % (src, old))
+            stmts.append(create_table_sql(src, cols, pk, extra))
+            stmts.append(insert_select_sql(src, cols, old, where, rng))
+            if extra:
+                stmts[-1] = _with_col_list(stmts[-1], cols)
+            stmts.append("DROP TABLE %s;" % old)
+        tcols = [(c, t) for c, t, _ in cols] + ([extra_col] if extra_col else [])
+        tables.append(Table(final, tcols, pk))
+        maybe_index({"same_name_a": "%s_tmp" % src}.get(kind, final), final, tcols)
+    elif kind == "split":
+        a_cols = gen_mapping_cols(rng, case.src_cols, rng.randint(1, 3))
+        b_cols = gen_mapping_cols(rng, case.src_cols, rng.randint(1, 3))
+        a_where = gen_filter(rng, case.src_cols)
+        b_where = gen_filter(rng, case.src_cols) if rng.random() < 0.5 else None
+        a_name = rng.choice(["part_a", src])
+        b_name = "part_b"
+        a_tmp = a_name if a_name != src else "%s_a" % src
+        stmts.append(create_table_sql(a_tmp, a_cols, True))
+        stmts.append(create_table_sql(b_name, b_cols, rng.random() < 0.9))
+        b_pk = "PRIMARY KEY" in stmts[-1]
+        stmts.append(insert_select_sql(a_tmp, a_cols, src, a_where, rng))
+        stmts.append(insert_select_sql(b_name, b_cols, src, b_where, rng,
+                                       alias=rng.random() < 0.3))
+        stmts.append("DROP TABLE %s;" % src)
+        if a_tmp != a_name:
+            stmts.append("ALTER TABLE %s RENAME TO %s;" % (a_tmp, a_name))
+        tables.append(Table(a_name, [(c, t) for c, t, _ in a_cols], True))
+        tables.append(Table(b_name, [(c, t) for c, t, _ in b_cols], b_pk))
+        maybe_index(a_tmp, a_name, tables[0].cols)
+        maybe_index(b_name, b_name, tables[1].cols)
+    elif kind in ("ctas", "ctas_same_name"):
+        cols = gen_mapping_cols(rng, case.src_cols, rng.randint(1, 5), allow_change=False)
+        where = gen_filter(rng, case.src_cols)
+        if kind == "ctas":
+            final = "t_ctas"
+            stmts.append(_ctas(final, cols, src, where))
+            stmts.append("DROP TABLE %s;" % src)
+        else:
+            final = src
+            old = "%s_old" % src
+            stmts.append("ALTER TABLE %s RENAME TO %s;" % (src, old))
+            stmts.append(_ctas(final, cols, old, where))
+            stmts.append("DROP TABLE %s;" % old)
+        tcols = [(c, t) for c, t, _ in cols]
+        tables.append(Table(final, tcols, False))
+        if rng.random() < 0.5:
+            idx.append((final, final, "id"))
+    else:  # split_ctas: one part by INSERT ... SELECT, one by CTAS
+        a_cols = gen_mapping_cols(rng, case.src_cols, rng.randint(1, 3))
+        b_cols = gen_mapping_cols(rng, case.src_cols, rng.randint(1, 3), allow_change=False)
+        a_where = gen_filter(rng, case.src_cols)
+        stmts.append(create_table_sql("part_a", a_cols, True))
+        stmts.append(insert_select_sql("part_a", a_cols, src, a_where, rng))
+        stmts.append(_ctas("part_b", b_cols, src, gen_filter(rng, case.src_cols)))
+        stmts.append("DROP TABLE %s;" % src)
+        tables.append(Table("part_a", [(c, t) for c, t, _ in a_cols], True))
+        tables.append(Table("part_b", [(c, t) for c, t, _ in b_cols], False))
+    # An index goes right after its table's creation (before the data), or
+    # at the end of the script under the table's final name.
+    for created_as, final, col in idx:
+        pos = [k for k, s in enumerate(stmts)
+               if s.startswith("CREATE TABLE %s " % created_as)]
+        if pos and rng.random() < 0.5:
+            stmts.insert(pos[0] + 1, "CREATE INDEX ON %s (%s);" % (created_as, col))
+        else:
+            stmts.append("CREATE INDEX ON %s (%s);" % (final, col))
+    case.script = "\n".join(stmts)
+    case.tables = tables
+    case.workload = gen_workload(rng, case)
+    return case
+
+
+def _with_col_list(stmt, cols):
+    if stmt.startswith("INSERT INTO") and "(" not in stmt.split(" SELECT ")[0]:
+        head, rest = stmt.split(" SELECT ", 1)
+        return "%s (%s) SELECT %s" % (head, ", ".join(c for c, _, _ in cols), rest)
+    return stmt
+
+
+def _ctas(name, cols, src, where):
+    s = "CREATE TABLE %s AS SELECT %s FROM %s" % (
+        name, ", ".join("%s AS %s" % (e, c) for c, _, e in cols), src)
+    if where:
+        s += " WHERE " + where
+    return s.replace("%%", "%") + ";"
+
+
+# ---------------------------------------------------------------------------
+# Workload
+
+class Stmt:
+    def __init__(self, text, params=None, ordered=False, prepare=None, inline=False):
+        self.text = text
+        self.params = params
+        self.ordered = ordered
+        self.prepare = prepare
+        self.inline = inline
+
+    def __repr__(self):
+        return "Stmt(%r, %r%s%s%s)" % (self.text, self.params,
+                                        ", ordered" if self.ordered else "",
+                                        ", prepare" if self.prepare else "",
+                                        ", inline" if self.inline else "")
+
+
+def gen_workload(rng, case):
+    src_ids = [r[0] for r in case.rows]
+    max_id = max(src_ids)
+    fresh = list(range(max_id + 1, max_id + 200))
+    rng.shuffle(fresh)
+    id_pool = {"src": src_ids, "fresh": fresh}
+
+    def some_id():
+        r = rng.random()
+        if r < 0.8:
+            return rng.choice(src_ids)
+        if r < 0.9:
+            return rng.randint(0, max_id + 5)
+        return rng.choice(fresh[:20])
+
+    def id_range():
+        a = rng.randint(0, max_id)
+        return a, a + rng.randint(0, max(5, max_id // 6))
+
+    tables = case.tables
+    out = []
+    n = rng.randint(20, 45)
+    in_tx = False
+    tx_left = 0
+    for i in range(n):
+        if not in_tx and rng.random() < 0.12:
+            iso = rng.choice(["", " ISOLATION LEVEL REPEATABLE READ",
+                              " ISOLATION LEVEL SERIALIZABLE", " ISOLATION LEVEL READ COMMITTED"])
+            out.append(Stmt("BEGIN" + iso))
+            in_tx = True
+            tx_left = rng.randint(1, 4)
+        t = rng.choice(tables)
+        out.append(gen_stmt(rng, t, tables, some_id, id_range, id_pool))
+        if in_tx:
+            tx_left -= 1
+            if tx_left <= 0:
+                out.append(Stmt(rng.choice(["COMMIT", "COMMIT", "ROLLBACK"])))
+                in_tx = False
+    if in_tx:
+        out.append(Stmt("COMMIT"))
+    # Prepared statements and PL/pgSQL (plan caching) on a table of the case.
+    t = rng.choice(tables)
+    lo, hi = id_range()
+    for _ in range(rng.randint(0, 7)):
+        a, b = id_range()
+        out.insert(rng.randint(0, len(out)),
+                   Stmt("SELECT count(*), min(id), max(id) FROM %s WHERE id BETWEEN %%s AND %%s"
+                        % t.name, [a, b], prepare=True))
+    if rng.random() < 0.5:
+        fname = "lf_probe_%d" % case.seed
+        out.insert(0, Stmt(
+            "CREATE FUNCTION %s(lo int, hi int) RETURNS bigint LANGUAGE plpgsql AS "
+            "$f$ BEGIN RETURN (SELECT count(*) FROM %s WHERE id BETWEEN lo AND hi); END $f$"
+            % (fname, t.name)))
+        for _ in range(rng.randint(2, 8)):
+            a, b = id_range()
+            out.insert(rng.randint(1, len(out)), Stmt("SELECT %s(%%s, %%s)" % fname, [a, b]))
+    # One whole-table read, usually late.
+    if rng.random() < 0.3:
+        out.insert(rng.randint(len(out) // 2, len(out)),
+                   Stmt("SELECT count(*) FROM %s" % rng.choice(tables).name))
+    return out
+
+
+def _val_expr(rng, col, decl):
+    bt = base_type(decl)
+    choices = {
+        "int": ["{c} + 1", "coalesce({c}, 0) - 3"],
+        "bigint": ["{c} * 2", "{c} - 1"],
+        "numeric": ["{c} + 1.25", "coalesce({c}, 0) * 2"],
+        "text": ["{c} || 'u'", "upper({c})"],
+        "varchar": ["{c} || 'u'", "lower({c})"],
+        "bool": ["NOT {c}", "{c} IS NULL"],
+        "date": ["{c} + 1"],
+        "timestamp": ["{c} + interval '1 hour'"],
+        "timestamptz": ["{c} + interval '1 day'"],
+    }[bt]
+    if rng.random() < 0.4:
+        return "%s", [gen_value(rng, _gen_type(decl))]
+    return rng.choice(choices).replace("{c}", col), []
+
+
+def _gen_type(decl):
+    bt = base_type(decl)
+    return "numeric" if bt == "numeric" else ("text" if bt in ("varchar", "text") else bt)
+
+
+def _row_values(rng, t, the_id):
+    vals = []
+    for c, d in t.cols:
+        if c == "id":
+            vals.append(the_id)
+        elif rng.random() < 0.15:
+            vals.append(None)
+        else:
+            vals.append(gen_value(rng, _gen_type(d)))
+    return vals
+
+
+def gen_stmt(rng, t, tables, some_id, id_range, id_pool):
+    cols = t.col_names()
+    others = [o for o in tables if o is not t]
+    o = others[0] if others else None
+    nonid = [(c, d) for c, d in t.cols if c != "id"] or [("id", "int")]
+    # Draw a statement kind; joins with the other new table only when there
+    # is one, ON CONFLICT only on tables with a primary key.
+    for _ in range(20):
+        r = rng.random()
+        if 0.68 <= r < 0.76 and not t.pk:
+            continue
+        if 0.76 <= r < 0.95 and o is None:
+            continue
+        break
+    if 0.90 <= r < 0.95 and o is not None:
+        r = rng.uniform(0.76, 0.90)
+    prepare = True if rng.random() < 0.15 else None
+    inline = rng.random() < 0.3
+    total_order = "ORDER BY " + ", ".join(cols)
+    if r < 0.12:
+        return Stmt("SELECT * FROM %s WHERE id = %%s" % t.name, [some_id()],
+                    prepare=prepare, inline=inline)
+    if r < 0.22:
+        a, b = id_range()
+        return Stmt("SELECT * FROM %s WHERE id BETWEEN %%s AND %%s" % t.name, [a, b],
+                    prepare=prepare, inline=inline)
+    if r < 0.28:
+        c, d = rng.choice(nonid)
+        v = gen_value(rng, _gen_type(d))
+        op = rng.choice(["<", ">=", "="])
+        if base_type(d) == "bool":
+            op = "="
+        return Stmt("SELECT id, %s FROM %s WHERE %s %s %%s" % (c, t.name, c, op), [v],
+                    inline=inline)
+    if r < 0.32:
+        lim = rng.randint(1, 20)
+        off = rng.randint(0, 40)
+        return Stmt("SELECT * FROM %s %s LIMIT %d OFFSET %d" % (t.name, total_order, lim, off),
+                    ordered=True)
+    if r < 0.37:
+        c, d = rng.choice(nonid)
+        aggs = "count(*), count(%s), min(%s), max(%s)" % (c, c, c)
+        if base_type(d) in ("int", "bigint", "numeric"):
+            aggs += ", sum(%s)" % c
+        a, b = id_range()
+        return Stmt("SELECT %s FROM %s WHERE id < %%s" % (aggs, t.name), [b], inline=inline)
+    if r < 0.47:
+        c, d = rng.choice(nonid)
+        if c == "id":
+            return Stmt("UPDATE %s SET id = id + 100000 WHERE id = %%s RETURNING *" % t.name,
+                        [some_id()])
+        e, p = _val_expr(rng, c, d)
+        if rng.random() < 0.7:
+            return Stmt("UPDATE %s SET %s = %s WHERE id = %%s RETURNING *" % (t.name, c, e),
+                        p + [some_id()], prepare=prepare, inline=inline)
+        a, b = id_range()
+        return Stmt("UPDATE %s SET %s = %s WHERE id BETWEEN %%s AND %%s" % (t.name, c, e),
+                    p + [a, b], inline=inline)
+    if r < 0.52:
+        c, d = rng.choice(nonid)
+        v = gen_value(rng, _gen_type(d))
+        if base_type(d) == "bool":
+            return Stmt("DELETE FROM %s WHERE %s IS NOT DISTINCT FROM %%s AND id < %%s RETURNING id"
+                        % (t.name, c), [v, id_range()[1]])
+        return Stmt("DELETE FROM %s WHERE %s > %%s RETURNING id" % (t.name, c), [v])
+    if r < 0.58:
+        if rng.random() < 0.6:
+            return Stmt("DELETE FROM %s WHERE id = %%s RETURNING *" % t.name, [some_id()],
+                        inline=inline)
+        a, _ = id_range()
+        return Stmt("DELETE FROM %s WHERE id BETWEEN %%s AND %%s" % t.name, [a, a + rng.randint(0, 8)])
+    if r < 0.68:
+        the_id = some_id() if rng.random() < 0.5 else id_pool["fresh"].pop()
+        vals = _row_values(rng, t, the_id)
+        return Stmt("INSERT INTO %s (%s) VALUES (%s) RETURNING *"
+                    % (t.name, ", ".join(cols), ", ".join(["%s"] * len(cols))), vals,
+                    inline=inline)
+    if r < 0.76 and t.pk:
+        the_id = some_id()
+        vals = _row_values(rng, t, the_id)
+        c, d = rng.choice(nonid)
+        if c == "id" or rng.random() < 0.3:
+            action = "DO NOTHING"
+        else:
+            action = "DO UPDATE SET %s = EXCLUDED.%s" % (c, c)
+        return Stmt("INSERT INTO %s (%s) VALUES (%s) ON CONFLICT (id) %s RETURNING *"
+                    % (t.name, ", ".join(cols), ", ".join(["%s"] * len(cols)), action), vals,
+                    prepare=prepare, inline=inline)
+    if r < 0.90 and o is not None:
+        a, b = id_range()
+        oc = rng.choice(o.col_names())
+        tc = rng.choice(cols)
+        j = rng.random()
+        if j < 0.3:
+            return Stmt("SELECT t.%s, o.%s FROM %s t JOIN %s o ON t.id = o.id "
+                        "WHERE t.id BETWEEN %%s AND %%s" % (tc, oc, t.name, o.name), [a, b],
+                        inline=inline)
+        if j < 0.45:
+            return Stmt("SELECT t.id, o.%s FROM %s t LEFT JOIN %s o ON t.id = o.id "
+                        "WHERE t.id BETWEEN %%s AND %%s" % (oc, t.name, o.name), [a, b])
+        if j < 0.55:
+            return Stmt("SELECT id FROM %s t WHERE EXISTS (SELECT 1 FROM %s o WHERE o.id = t.id) "
+                        "AND id < %%s" % (t.name, o.name), [b])
+        if j < 0.62:
+            return Stmt("SELECT count(*) FROM %s WHERE id NOT IN (SELECT id FROM %s WHERE id < %%s)"
+                        % (t.name, o.name), [b])
+        if j < 0.75:
+            c, d = rng.choice(nonid)
+            if c == "id":
+                c, d = "id", "int"
+                return Stmt("SELECT t.id FROM %s t, %s o WHERE t.id = o.id AND o.id = %%s"
+                            % (t.name, o.name), [some_id()])
+            e, p = _val_expr(rng, "t." + c, d)
+            return Stmt("UPDATE %s t SET %s = %s FROM %s o WHERE t.id = o.id AND o.id BETWEEN %%s AND %%s"
+                        % (t.name, c, e, o.name), p + [a, a + rng.randint(0, 10)])
+        if j < 0.85:
+            return Stmt("DELETE FROM %s t USING %s o WHERE t.id = o.id AND o.id = %%s RETURNING t.id"
+                        % (t.name, o.name), [some_id()])
+        return Stmt("SELECT o.id FROM %s o WHERE o.id IN (SELECT id FROM %s WHERE id BETWEEN %%s AND %%s)"
+                    % (o.name, t.name), [a, b])
+    # Join with a table the migration does not touch.
+    tag = rng.randint(0, 4)
+    return Stmt("SELECT t.id, s.tag FROM %s t JOIN side s ON s.id = t.id WHERE s.tag = %%s"
+                % t.name, [tag], inline=inline)
+
+
+# ---------------------------------------------------------------------------
+# Running
+
+def _norm(v):
+    return v
+
+
+def run_stmt(conn, st):
+    """Execute and return a comparable outcome."""
+    try:
+        if st.inline and st.params:
+            q = psycopg.ClientCursor(conn).mogrify(st.text, st.params)
+            cur = conn.execute(q)
+        else:
+            cur = conn.execute(st.text, st.params, prepare=st.prepare)
+        if cur.description is not None:
+            rows = [tuple(r) for r in cur.fetchall()]
+            if not st.ordered:
+                rows.sort(key=repr)
+            return ("rows", rows)
+        return ("count", cur.rowcount)
+    except psycopg.errors.QueryCanceled as e:
+        raise AssertionError("statement timed out: %r (%s)" % (st, e))
+    except psycopg.Error as e:
+        return ("error", e.sqlstate)
+
+
+def table_state(conn, tables):
+    state = {}
+    for name in tables:
+        cols = conn.execute(
+            "SELECT attname, format_type(atttypid, atttypmod), attnotnull, "
+            "pg_get_expr(d.adbin, d.adrelid) "
+            "FROM pg_attribute a LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum "
+            "WHERE attrelid = %s::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
+            [name]).fetchall()
+        rows = [tuple(r) for r in conn.execute(
+            sql.SQL("SELECT * FROM {}").format(sql.Identifier(name))).fetchall()]
+        rows.sort(key=repr)
+        idx = conn.execute(
+            "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = 'public' "
+            "AND tablename = %s ORDER BY 1", [name]).fetchall()
+        state[name] = {"columns": cols, "rows": rows, "indexes": idx}
+    return state
+
+
+def public_tables(conn):
+    return [r[0] for r in conn.execute(
+        "SELECT tablename FROM pg_tables WHERE schemaname = 'public' ORDER BY 1").fetchall()]
+
+
+def load_source(conn, case):
+    conn.execute("SET TimeZone = 'UTC'")
+    conn.execute("CREATE TABLE %s (id int PRIMARY KEY, %s)" % (
+        case.src, ", ".join("%s %s" % c for c in case.src_cols)))
+    cols = ["id"] + [c for c, _ in case.src_cols]
+    with conn.cursor().copy("COPY %s (%s) FROM STDIN" % (case.src, ", ".join(cols))) as cp:
+        for r in case.rows:
+            cp.write_row(r)
+    conn.execute("CREATE TABLE side (id int PRIMARY KEY, tag int)")
+    conn.execute("INSERT INTO side SELECT id, id %% 5 FROM %s WHERE id %% 2 = 0" % case.src)
+    conn.execute("ANALYZE")
+
+
+def describe(case, upto=None):
+    wl = case.workload if upto is None else case.workload[: upto + 1]
+    return ("seed=%d kind=%s (replay: LEAPFROG_DIFF_SEEDS=%d pytest %s)\n"
+            "source %s(%s), %d rows\n--- script ---\n%s\n--- workload ---\n%s"
+            % (case.seed, case.kind, case.seed, __file__, case.src,
+               ", ".join("%s %s" % c for c in case.src_cols), len(case.rows), case.script,
+               "\n".join("%3d %r" % (i, s) for i, s in enumerate(wl))))
+
+
+@pytest.fixture(scope="module")
+def diff_cluster(module_cluster_factory):
+    return module_cluster_factory(**{"leapfrog.background": "off"})
+
+
+def _session(cluster, db):
+    conn = cluster.connect(db, autocommit=True, prepare_threshold=None)
+    conn.execute("SET TimeZone = 'UTC'")
+    conn.execute("SET statement_timeout = '30s'")
+    conn.execute("SET lock_timeout = '20s'")
+    return conn
+
+
+def run_case(cluster, case):
+    da, db = "eager_%d" % case.seed, "lazy_%d" % case.seed
+    cluster.create_database(da, extension=False)
+    cluster.create_database(db, extension=True)
+    try:
+        a = _session(cluster, da)
+        b = _session(cluster, db)
+        try:
+            _run_case(a, b, case)
+        finally:
+            a.close()
+            b.close()
+    finally:
+        cluster.drop_database(da)
+        cluster.drop_database(db)
+
+
+def _run_case(a, b, case):
+    load_source(a, case)
+    load_source(b, case)
+    # Eager oracle: the script as plain SQL in one transaction.
+    with a.transaction():
+        a.execute(case.script)
+    try:
+        b.execute("SELECT leapfrog.start(%s, %s)", [case.name, case.script])
+    except psycopg.Error as e:
+        raise AssertionError("leapfrog.start failed: %s %s\n%s"
+                             % (e.sqlstate, e, describe(case)))
+    assert public_tables(a) == public_tables(b), \
+        "tables after start differ: %r vs %r\n%s" % (public_tables(a), public_tables(b),
+                                                     describe(case))
+    for i, st in enumerate(case.workload):
+        ra = run_stmt(a, st)
+        rb = run_stmt(b, st)
+        if ra != rb:
+            raise AssertionError(
+                "statement %d differs\n  %r\n  eager: %r\n  lazy:  %r\n%s"
+                % (i, st, _short(ra), _short(rb), describe(case, i)))
+    # Any transaction the workload left open is closed the same way in both.
+    for c in (a, b):
+        if c.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+            c.execute("ROLLBACK")
+    remaining = b.execute("SELECT leapfrog.remaining(%s)", [case.name]).fetchone()[0]
+    assert 0 <= remaining <= len(case.rows), describe(case)
+    b.execute("SELECT leapfrog.complete(%s)", [case.name])
+    sa = table_state(a, public_tables(a))
+    sb = table_state(b, public_tables(b))
+    for name in sa:
+        for part in ("columns", "rows", "indexes"):
+            if sa[name][part] != sb.get(name, {}).get(part):
+                raise AssertionError("final %s of %s differ\n  eager: %r\n  lazy:  %r\n%s"
+                                     % (part, name, _short(sa[name][part]),
+                                        _short(sb.get(name, {}).get(part)), describe(case)))
+    assert set(sa) == set(sb), describe(case)
+    st = b.execute("SELECT state, error FROM leapfrog.migrations WHERE name = %s",
+                   [case.name]).fetchall()
+    assert st == [("done", None)], "migration state after complete: %r\n%s" % (st, describe(case))
+    left = b.execute("SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+                     "WHERE n.nspname = 'leapfrog_retired'").fetchall()
+    assert left == [], "leapfrog_retired not empty after complete: %r\n%s" % (left, describe(case))
+
+
+def _short(x, n=1500):
+    s = repr(x)
+    return s if len(s) <= n else s[:n] + "...(%d chars)" % len(s)
+
+
+@pytest.mark.parametrize("seed", _seeds())
+def test_differential(diff_cluster, seed):
+    case = gen_case(seed)
+    run_case(diff_cluster, case)
+
+
+def test_expression_catalogue(diff_cluster):
+    """Every generated expression must be immutable (usable in an index)."""
+    db = "catalogue"
+    diff_cluster.create_database(db, extension=False)
+    try:
+        with diff_cluster.connect(db) as c:
+            c.execute("CREATE TABLE s (id int, %s)" % ", ".join(
+                "c_%s %s" % (base_type(t), t) for t in SOURCE_TYPES))
+            bad = []
+            for t, exprs in EXPRS.items():
+                for e, rtype in exprs:
+                    x = fmt(e, "c_%s" % t)
+                    try:
+                        c.execute("CREATE INDEX ON s ((%s))" % x)
+                        got = c.execute("SELECT pg_typeof(%s)::text FROM (SELECT (NULL::s).*) s"
+                                        % x).fetchone()[0]
+                        want = {"int": "integer", "bool": "boolean",
+                                "timestamp": "timestamp without time zone",
+                                "timestamptz": "timestamp with time zone",
+                                "varchar(24)": "character varying"}.get(rtype, rtype)
+                        if got != want:
+                            bad.append((x, "type %s, catalogue says %s" % (got, rtype)))
+                    except psycopg.Error as err:
+                        bad.append((x, str(err).strip()))
+            assert not bad, bad
+    finally:
+        diff_cluster.drop_database(db)

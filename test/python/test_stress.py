@@ -1,0 +1,314 @@
+"""Concurrent stress with invariants, background worker on.
+
+A bank table is replaced by a new version (same name, new types, a computed
+column) with leapfrog.start; then client threads run, at mixed isolation
+levels, transfers between random accounts, increments of a counter column,
+upserts on existing keys, inserts and deletes of their own zero-balance rows
+and point reads, while the background worker migrates the rest.  Invariants:
+  - the sum of balances never changes (checked mid-run and at the end);
+  - the growth of sum(hits) equals the increments the clients committed;
+  - at the end every key exists exactly once: the original ids plus the
+    committed inserts minus the committed deletes;
+  - every point read of an original id finds exactly one row.
+40001 and 40P01 are retried, counted and reported.
+Duration: LEAPFROG_STRESS_SECONDS (default 35).
+"""
+
+import os
+import random
+import re
+import threading
+import time
+from decimal import Decimal
+
+import psycopg
+
+from conftest import MOCK
+
+N = 60_000
+NCLIENTS = 6
+DURATION = float(os.environ.get("LEAPFROG_STRESS_SECONDS", "35"))
+RETRYABLE = ("40001", "40P01")
+
+MIGRATION = """
+CREATE TABLE bank_v2 (id int PRIMARY KEY, branch int NOT NULL, balance numeric(18,2),
+                      hits bigint NOT NULL, tier text);
+CREATE INDEX ON bank_v2 (branch);
+INSERT INTO bank_v2 SELECT id, branch, balance, hits,
+       CASE WHEN balance > 1500 THEN 'gold' ELSE 'std' END FROM bank;
+DROP TABLE bank;
+ALTER TABLE bank_v2 RENAME TO bank;
+"""
+
+
+class Client(threading.Thread):
+    def __init__(self, cluster, cid, deadline):
+        super().__init__(daemon=True, name="client-%d" % cid)
+        self.cluster = cluster
+        self.cid = cid
+        self.deadline = deadline
+        self.rng = random.Random(1000 + cid)
+        self.increments = 0
+        self.inserted = set()
+        self.deleted = set()
+        self.commits = {}
+        self.retries = {"40001": 0, "40P01": 0}
+        self.gave_up = 0
+        self.errors = []
+        self.next_id = 10_000_000 * (cid + 1)
+
+    def run(self):
+        try:
+            conn = self.cluster.connect("app", application_name="lf-stress-%d" % self.cid)
+            conn.execute("SET statement_timeout = '30s'")
+        except psycopg.Error as e:
+            self.errors.append(("connect", repr(e)))
+            return
+        try:
+            for _ in range(10 ** 7):
+                if time.monotonic() > self.deadline or len(self.errors) > 20:
+                    break
+                self._one(conn)
+        finally:
+            conn.close()
+
+    def _one(self, conn):
+        r = self.rng.random()
+        kind = ("transfer" if r < 0.55 else "increment" if r < 0.75 else "upsert" if r < 0.82
+                else "insert" if r < 0.87 else "delete" if r < 0.90 else "read")
+        iso = self.rng.choice(["READ COMMITTED"] * 3 + ["REPEATABLE READ"] * 2 + ["SERIALIZABLE"])
+        plan = self._plan(kind)
+        if plan is None:
+            return
+        for attempt in range(100):
+            try:
+                conn.execute("BEGIN ISOLATION LEVEL " + iso)
+                effect = plan(conn)
+                conn.execute("COMMIT")
+            except psycopg.Error as e:
+                try:
+                    conn.execute("ROLLBACK")
+                except psycopg.Error:
+                    pass
+                if e.sqlstate in RETRYABLE:
+                    self.retries[e.sqlstate] += 1
+                    time.sleep(0.001 * self.rng.randint(0, 10))
+                    continue
+                self.errors.append((kind, iso, e.sqlstate, str(e).strip()[:500]))
+                if conn.broken:
+                    raise
+                return
+            except AssertionError as e:
+                try:
+                    conn.execute("ROLLBACK")
+                except psycopg.Error:
+                    pass
+                self.errors.append((kind, iso, "assert", str(e)))
+                return
+            self._commit(kind, effect)
+            return
+        self.gave_up += 1
+
+    def _commit(self, kind, effect):
+        self.commits[kind] = self.commits.get(kind, 0) + 1
+        if kind in ("increment", "upsert"):
+            self.increments += effect
+        elif kind == "insert":
+            self.inserted.add(effect)
+        elif kind == "delete":
+            self.deleted.add(effect)
+
+    def _plan(self, kind):
+        rng = self.rng
+        if kind == "transfer":
+            a, b = rng.sample(range(1, N + 1), 2)
+            amt = Decimal(rng.randint(1, 5000)) / 100
+            if rng.random() < 0.5:
+                def plan(conn):
+                    c1 = conn.execute("UPDATE bank SET balance = balance - %s WHERE id = %s",
+                                      [amt, a]).rowcount
+                    c2 = conn.execute("UPDATE bank SET balance = balance + %s WHERE id = %s",
+                                      [amt, b]).rowcount
+                    assert (c1, c2) == (1, 1), "transfer %d->%d updated %r rows" % (a, b, (c1, c2))
+            else:
+                def plan(conn):
+                    c = conn.execute(
+                        "UPDATE bank SET balance = balance + CASE WHEN id = %s THEN -%s "
+                        "ELSE %s END WHERE id IN (%s, %s)", [a, amt, amt, a, b]).rowcount
+                    assert c == 2, "transfer %d->%d updated %d rows" % (a, b, c)
+            return plan
+        if kind == "increment":
+            if rng.random() < 0.6:
+                i = rng.randint(1, N)
+
+                def plan(conn):
+                    c = conn.execute("UPDATE bank SET hits = hits + 1 WHERE id = %s", [i]).rowcount
+                    assert c == 1, "increment of %d updated %d rows" % (i, c)
+                    return c
+            else:
+                br, lo = rng.randint(0, 9), rng.randint(1, N - 200)
+
+                def plan(conn):
+                    c = conn.execute("UPDATE bank SET hits = hits + 1 WHERE branch = %s "
+                                     "AND id BETWEEN %s AND %s", [br, lo, lo + 199]).rowcount
+                    want = sum(1 for k in range(lo, lo + 200) if k % 10 == br)
+                    assert c == want, "range increment updated %d rows, want %d" % (c, want)
+                    return c
+            return plan
+        if kind == "upsert":
+            i = rng.randint(1, N)
+
+            def plan(conn):
+                r = conn.execute(
+                    "INSERT INTO bank (id, branch, balance, hits, tier) VALUES (%s, 0, 0, 0, 'new') "
+                    "ON CONFLICT (id) DO UPDATE SET hits = bank.hits + 1 "
+                    "RETURNING (xmax <> 0) AS updated", [i]).fetchall()
+                assert r == [(True,)], "upsert on existing id %d inserted: %r" % (i, r)
+                return 1
+            return plan
+        if kind == "insert":
+            self.next_id += 1
+            i = self.next_id
+
+            def plan(conn):
+                conn.execute("INSERT INTO bank (id, branch, balance, hits, tier) "
+                             "VALUES (%s, %s, 0, 0, 'new')", [i, i % 10])
+                return i
+            return plan
+        if kind == "delete":
+            mine = sorted(self.inserted - self.deleted)
+            if not mine:
+                return None
+            i = rng.choice(mine)
+
+            def plan(conn):
+                c = conn.execute("DELETE FROM bank WHERE id = %s AND balance = 0", [i]).rowcount
+                assert c == 1, "delete of own row %d removed %d rows" % (i, c)
+                return i
+            return plan
+        i = rng.randint(1, N)
+
+        def plan(conn):
+            rows = conn.execute("SELECT id, branch FROM bank WHERE id = %s", [i]).fetchall()
+            assert rows == [(i, i % 10)], "point read of %d: %r" % (i, rows)
+        return plan
+
+
+class InvariantReader(threading.Thread):
+    def __init__(self, cluster, start_at, deadline, total):
+        super().__init__(daemon=True, name="invariant-reader")
+        self.cluster = cluster
+        self.start_at = start_at
+        self.deadline = deadline
+        self.total = total
+        self.checks = 0
+        self.retries = 0
+        self.errors = []
+
+    def run(self):
+        with self.cluster.connect("app", application_name="lf-stress-reader") as conn:
+            conn.execute("SET statement_timeout = '60s'")
+            for _ in range(10 ** 6):
+                now = time.monotonic()
+                if now > self.deadline:
+                    return
+                if now < self.start_at:
+                    time.sleep(0.05)
+                    continue
+                try:
+                    conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+                    s, n, d = conn.execute("SELECT sum(balance), count(*), count(DISTINCT id) "
+                                           "FROM bank").fetchone()
+                    conn.execute("COMMIT")
+                except psycopg.Error as e:
+                    conn.execute("ROLLBACK")
+                    if e.sqlstate in RETRYABLE:
+                        self.retries += 1
+                        continue
+                    self.errors.append((e.sqlstate, str(e)))
+                    return
+                self.checks += 1
+                if s != self.total or n != d:
+                    self.errors.append("mid-run: sum %s (want %s), %d rows, %d distinct ids"
+                                       % (s, self.total, n, d))
+                time.sleep(2)
+
+
+def test_stress_transfers_and_increments(make_cluster):
+    c = make_cluster(**{"leapfrog.background": "on", "leapfrog.background_delay": 500,
+                        "leapfrog.batch_size": 200, "leapfrog.background_naptime": 30})
+    c.create_database("app")
+    with c.connect("app") as conn:
+        conn.execute("CREATE TABLE bank (id int PRIMARY KEY, branch int NOT NULL, "
+                     "balance numeric(16,2), hits bigint NOT NULL)")
+        conn.execute("INSERT INTO bank SELECT i, i %% 10, 1000 + (i * 7919) %% 1000, i %% 7 "
+                     "FROM generate_series(1, %s) i", [N])
+        conn.execute("VACUUM ANALYZE bank")
+        total, hits0 = conn.execute("SELECT sum(balance), sum(hits) FROM bank").fetchone()
+        t0 = time.monotonic()
+        conn.execute("SELECT leapfrog.start('bank_v2', %s)", [MIGRATION])
+        print("start(): %.1f ms" % ((time.monotonic() - t0) * 1e3))
+
+    begin = time.monotonic()
+    deadline = begin + DURATION
+    clients = [Client(c, i, deadline) for i in range(NCLIENTS)]
+    reader = InvariantReader(c, begin + DURATION * 0.55, deadline, total)
+    for t in clients + [reader]:
+        t.start()
+    progress = []
+    for _ in range(int(DURATION * 2) + 20):
+        if time.monotonic() > deadline:
+            break
+        try:
+            progress.append(round(time.monotonic() - begin, 1))
+            progress.append(c.sql("SELECT leapfrog.remaining('bank_v2')", dbname="app")[0][0]
+                            if not MOCK else 0)
+        except psycopg.Error as e:
+            progress.append(e.sqlstate)
+        time.sleep(2)
+    for t in clients + [reader]:
+        t.join(90)
+    assert not any(t.is_alive() for t in clients + [reader]), "client threads hang"
+
+    with c.connect("app") as conn:
+        done = conn.execute("SELECT leapfrog.wait('bank_v2', 90)").fetchone()[0]
+        mig = conn.execute("SELECT name, state, tuples_total, tuples_migrated, error "
+                           "FROM leapfrog.migrations").fetchall()
+        s, h, n, d = conn.execute("SELECT sum(balance), sum(hits), count(*), count(DISTINCT id) "
+                                  "FROM bank").fetchone()
+        ids = {r[0] for r in conn.execute("SELECT id FROM bank").fetchall()}
+        retired = conn.execute(
+            "SELECT c.relname FROM pg_class c JOIN pg_namespace ns ON ns.oid = c.relnamespace "
+            "WHERE ns.nspname = 'leapfrog_retired'").fetchall()
+
+    stats = {
+        "commits": {k: sum(cl.commits.get(k, 0) for cl in clients)
+                    for k in ("transfer", "increment", "upsert", "insert", "delete", "read")},
+        "retries_40001": sum(cl.retries["40001"] for cl in clients),
+        "retries_40P01": sum(cl.retries["40P01"] for cl in clients),
+        "gave_up": sum(cl.gave_up for cl in clients),
+        "invariant_checks": reader.checks, "invariant_retries": reader.retries,
+        "remaining_over_time": progress,
+    }
+    print("stress:", stats)
+    errors = [e for cl in clients for e in cl.errors] + reader.errors
+    assert not errors, "client errors (first 10 of %d): %r" % (len(errors), errors[:10])
+    assert done, "migration not done 90s after the load: %r" % mig
+    if not MOCK:
+        assert mig == [("bank_v2", "done", N, N, None)], mig
+    assert retired == [], retired
+    increments = sum(cl.increments for cl in clients)
+    inserted = set().union(*(cl.inserted for cl in clients))
+    deleted = set().union(*(cl.deleted for cl in clients))
+    assert s == total, "sum of balances %s, want %s" % (s, total)
+    assert h - hits0 == increments, "hits grew by %d, committed increments %d" % (h - hits0, increments)
+    want_ids = set(range(1, N + 1)) | (inserted - deleted)
+    assert n == d, "%d rows but %d distinct ids" % (n, d)
+    assert ids == want_ids, "ids: %d missing %r, %d extra %r" % (
+        len(want_ids - ids), sorted(want_ids - ids)[:10], len(ids - want_ids),
+        sorted(ids - want_ids)[:10])
+    assert sum(stats["commits"].values()) > 200, "too little progress: %r" % stats
+    assert reader.checks >= 1, "the invariant reader never completed a read"
+    bad = [l for l in c.log_text().splitlines()
+           if re.search(r"PANIC|TRAP:|terminated by signal|terminated by exception", l)]
+    assert not bad, "server crashed:\n" + "\n".join(bad[:20])
