@@ -1,0 +1,327 @@
+/*-------------------------------------------------------------------------
+ * catalog.c
+ *	  Backend-local cache of the active migrations of this database.
+ *
+ * The durable record is in the extension's tables (leapfrog.migration,
+ * leapfrog.input, leapfrog.mapping).  Every statement asks "is a relation
+ * it touches under migration?", so each backend keeps the answer in local
+ * memory and rereads the catalog only when told to.
+ *
+ * Invalidation rule: whoever changes the set of active migrations (start(),
+ * completion, failure) calls CacheInvalidateRelcacheByRelid() on
+ * leapfrog.migration in the same transaction.  The message goes out at
+ * commit, before that transaction releases its locks.  A backend can only
+ * use a new table after locking it, and lock acquisition processes pending
+ * invalidations, so by the time a statement on a new table is planned or
+ * executed, this cache has been marked stale and is reloaded.  With no
+ * active migration the hooks cost one test of a local variable.
+ *-------------------------------------------------------------------------
+ */
+#include "leapfrog.h"
+
+#include "access/genam.h"
+#include "access/htup_details.h"
+#include "access/table.h"
+#include "access/xact.h"
+#include "catalog/namespace.h"
+#include "nodes/nodeFuncs.h"
+#include "utils/builtins.h"
+#include "utils/inval.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/rel.h"
+#include "utils/snapmgr.h"
+#include "utils/syscache.h"
+#include "catalog/pg_class.h"
+
+bool		lf_cache_valid = false;
+List	   *lf_active = NIL;
+
+static MemoryContext lf_cache_cxt = NULL;
+static Oid	lf_catalog_oid = InvalidOid;
+
+static void
+lf_relcache_cb(Datum arg, Oid relid)
+{
+	if (relid == InvalidOid || relid == lf_catalog_oid ||
+		!OidIsValid(lf_catalog_oid))
+		lf_cache_valid = false;
+}
+
+void
+lf_cache_init(void)
+{
+	CacheRegisterRelcacheCallback(lf_relcache_cb, (Datum) 0);
+}
+
+void
+lf_invalidate_all(void)
+{
+	Oid			cat = lf_catalog_relid();
+
+	if (OidIsValid(cat))
+		CacheInvalidateRelcacheByRelid(cat);
+	lf_cache_valid = false;
+}
+
+Oid
+lf_retired_namespace(void)
+{
+	return get_namespace_oid("leapfrog_retired", true);
+}
+
+static Oid
+lf_table_oid(const char *name)
+{
+	Oid			nsp = get_namespace_oid("leapfrog", true);
+
+	if (!OidIsValid(nsp))
+		return InvalidOid;
+	return get_relname_relid(name, nsp);
+}
+
+/* The owner of the extension's catalog: it alone may write it. */
+Oid
+lf_catalog_owner(void)
+{
+	HeapTuple	tup = SearchSysCache1(RELOID, ObjectIdGetDatum(lf_catalog_relid()));
+	Oid			owner;
+
+	if (!HeapTupleIsValid(tup))
+		elog(ERROR, "leapfrog catalog not found");
+	owner = ((Form_pg_class) GETSTRUCT(tup))->relowner;
+	ReleaseSysCache(tup);
+	return owner;
+}
+
+Oid
+lf_catalog_relid(void)
+{
+	return lf_table_oid("migration");
+}
+
+/* Make every relation the mapping reads checked as the migration owner. */
+static bool
+lf_set_owner_walker(Node *node, void *owner)
+{
+	if (node == NULL)
+		return false;
+	if (IsA(node, RangeTblEntry))
+	{
+		RangeTblEntry *rte = (RangeTblEntry *) node;
+
+		if (rte->rtekind == RTE_RELATION)
+			rte->checkAsUser = *(Oid *) owner;
+		return false;
+	}
+	if (IsA(node, Query))
+		return query_tree_walker((Query *) node, lf_set_owner_walker, owner,
+								 QTW_EXAMINE_RTES_BEFORE);
+	return expression_tree_walker(node, lf_set_owner_walker, owner);
+}
+
+static LfMigration *
+find_by_id(int id)
+{
+	ListCell   *lc;
+
+	foreach(lc, lf_active)
+	{
+		LfMigration *m = lfirst(lc);
+
+		if (m->id == id)
+			return m;
+	}
+	return NULL;
+}
+
+/* Scan one of our catalog tables, calling fn for each visible row. */
+static void
+scan_table(Oid relid, Snapshot snap, void (*fn) (HeapTuple, TupleDesc))
+{
+	Relation	rel = table_open(relid, AccessShareLock);
+	SysScanDesc scan = systable_beginscan(rel, InvalidOid, false, snap, 0, NULL);
+	HeapTuple	tup;
+
+	while (HeapTupleIsValid(tup = systable_getnext(scan)))
+		fn(tup, RelationGetDescr(rel));
+	systable_endscan(scan);
+	table_close(rel, AccessShareLock);
+}
+
+static void
+load_migration(HeapTuple tup, TupleDesc desc)
+{
+	bool		isnull;
+	char	   *state;
+	LfMigration *m;
+
+	state = TextDatumGetCString(heap_getattr(tup, 4, desc, &isnull));
+	if (strcmp(state, "done") == 0)
+		return;
+	m = palloc0(sizeof(LfMigration));
+	m->id = DatumGetInt32(heap_getattr(tup, 1, desc, &isnull));
+	m->name = TextDatumGetCString(heap_getattr(tup, 2, desc, &isnull));
+	m->owner = DatumGetObjectId(heap_getattr(tup, 3, desc, &isnull));
+	m->failed = (strcmp(state, "failed") == 0);
+	m->started_at = DatumGetTimestampTz(heap_getattr(tup, 6, desc, &isnull));
+	lf_active = lappend(lf_active, m);
+}
+
+static void
+load_input(HeapTuple tup, TupleDesc desc)
+{
+	bool		isnull;
+	LfMigration *m = find_by_id(DatumGetInt32(heap_getattr(tup, 1, desc, &isnull)));
+
+	if (m)
+		m->inputs = lappend_oid(m->inputs,
+								DatumGetObjectId(heap_getattr(tup, 2, desc, &isnull)));
+}
+
+static void
+load_mapping(HeapTuple tup, TupleDesc desc)
+{
+	bool		isnull;
+	LfMigration *m = find_by_id(DatumGetInt32(heap_getattr(tup, 2, desc, &isnull)));
+	LfMapping  *map;
+
+	if (!m)
+		return;
+	map = palloc0(sizeof(LfMapping));
+	map->id = DatumGetInt32(heap_getattr(tup, 1, desc, &isnull));
+	map->input = DatumGetObjectId(heap_getattr(tup, 3, desc, &isnull));
+	map->target = DatumGetObjectId(heap_getattr(tup, 4, desc, &isnull));
+	map->query = stringToNode(TextDatumGetCString(heap_getattr(tup, 5, desc, &isnull)));
+	lf_set_owner_walker((Node *) map->query, &m->owner);
+	map->natts = list_length(map->query->targetList) - 1;
+	m->mappings = lappend(m->mappings, map);
+}
+
+void
+lf_cache_load(void)
+{
+	MemoryContext old;
+	Snapshot	snap;
+
+	/*
+	 * Callers may hold pointers into the previous cache for the rest of
+	 * their transaction (a reload can happen in any nested statement), so
+	 * the old cache is freed with the transaction, not now.
+	 */
+	if (lf_cache_cxt != NULL)
+	{
+		if (IsTransactionState())
+			MemoryContextSetParent(lf_cache_cxt, TopTransactionContext);
+		else
+			MemoryContextDelete(lf_cache_cxt);
+	}
+	lf_cache_cxt = AllocSetContextCreate(CacheMemoryContext, "leapfrog cache",
+										 ALLOCSET_SMALL_SIZES);
+	lf_active = NIL;
+
+	/* An invalidation arriving while we read sets this back to false. */
+	lf_cache_valid = true;
+	lf_catalog_oid = lf_catalog_relid();
+	if (!OidIsValid(lf_catalog_oid))
+		return;
+
+	old = MemoryContextSwitchTo(lf_cache_cxt);
+	snap = RegisterSnapshot(GetLatestSnapshot());
+	PG_TRY();
+	{
+		scan_table(lf_catalog_oid, snap, load_migration);
+		if (lf_active != NIL)
+		{
+			scan_table(lf_table_oid("input"), snap, load_input);
+			scan_table(lf_table_oid("mapping"), snap, load_mapping);
+		}
+	}
+	PG_CATCH();
+	{
+		lf_cache_valid = false;
+		lf_active = NIL;
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	UnregisterSnapshot(snap);
+	MemoryContextSwitchTo(old);
+}
+
+LfMigration *
+lf_migration_by_input(Oid input)
+{
+	ListCell   *lc;
+
+	foreach(lc, lf_active)
+	{
+		LfMigration *m = lfirst(lc);
+
+		if (list_member_oid(m->inputs, input))
+			return m;
+	}
+	return NULL;
+}
+
+LfMigration *
+lf_migration_by_target(Oid target)
+{
+	ListCell   *lc,
+			   *lc2;
+
+	foreach(lc, lf_active)
+	{
+		LfMigration *m = lfirst(lc);
+
+		foreach(lc2, m->mappings)
+			if (((LfMapping *) lfirst(lc2))->target == target)
+				return m;
+	}
+	return NULL;
+}
+
+static List *
+mappings_where(Oid relid, bool by_target)
+{
+	List	   *result = NIL;
+	ListCell   *lc,
+			   *lc2;
+
+	foreach(lc, lf_active)
+	{
+		LfMigration *m = lfirst(lc);
+
+		foreach(lc2, m->mappings)
+		{
+			LfMapping  *map = lfirst(lc2);
+
+			if ((by_target ? map->target : map->input) == relid)
+				result = lappend(result, map);
+		}
+	}
+	return result;
+}
+
+List *
+lf_mappings_for_target(Oid target)
+{
+	return mappings_where(target, true);
+}
+
+List *
+lf_mappings_for_input(Oid input)
+{
+	return mappings_where(input, false);
+}
+
+bool
+lf_is_target(Oid relid)
+{
+	return lf_migration_by_target(relid) != NULL;
+}
+
+bool
+lf_is_input(Oid relid)
+{
+	return lf_migration_by_input(relid) != NULL;
+}

@@ -1,0 +1,106 @@
+/*-------------------------------------------------------------------------
+ * leapfrog.c
+ *	  Module load: GUCs, hooks, shared memory and the background launcher.
+ *
+ * Leapfrog must be loaded through shared_preload_libraries: it needs shared
+ * memory for its worker slots and a static launcher worker, and every
+ * backend must run its hooks from the first statement on.  Loading it any
+ * other way leaves the hooks uninstalled, and the SQL functions refuse to
+ * work (lf_require_preload).
+ *-------------------------------------------------------------------------
+ */
+#include "leapfrog.h"
+
+#include "fmgr.h"
+#include "miscadmin.h"
+#include "storage/ipc.h"
+#include "utils/guc.h"
+
+PG_MODULE_MAGIC;
+
+bool		lf_background = true;
+int			lf_background_delay = 1000;
+int			lf_batch_size = 1000;
+int			lf_background_naptime = 10;
+int			lf_lock_timeout = 50;
+int			lf_lock_retries = 40;
+
+bool		lf_loaded = false;
+
+static shmem_request_hook_type prev_shmem_request_hook = NULL;
+static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
+
+void		_PG_init(void);
+
+static void
+lf_shmem_request_hook(void)
+{
+	if (prev_shmem_request_hook)
+		prev_shmem_request_hook();
+	lf_shmem_request();
+}
+
+static void
+lf_shmem_startup_hook(void)
+{
+	if (prev_shmem_startup_hook)
+		prev_shmem_startup_hook();
+	lf_shmem_startup();
+}
+
+void
+lf_require_preload(void)
+{
+	if (!lf_loaded)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("leapfrog must be loaded via shared_preload_libraries"),
+				 errhint("Add leapfrog to shared_preload_libraries and restart the server.")));
+}
+
+void
+_PG_init(void)
+{
+	if (!process_shared_preload_libraries_in_progress)
+		return;
+
+	DefineCustomBoolVariable("leapfrog.background",
+							 "Migrate the remaining rows in the background.",
+							 NULL, &lf_background, true,
+							 PGC_SIGHUP, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("leapfrog.background_delay",
+							"Time after start() before the background worker begins.",
+							NULL, &lf_background_delay, 1000, 0, INT_MAX,
+							PGC_SIGHUP, GUC_UNIT_MS, NULL, NULL, NULL);
+	DefineCustomIntVariable("leapfrog.batch_size",
+							"Input rows migrated per background transaction.",
+							NULL, &lf_batch_size, 1000, 1, 1000000,
+							PGC_SIGHUP, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("leapfrog.background_naptime",
+							"Pause between two background batches.",
+							NULL, &lf_background_naptime, 10, 0, 3600000,
+							PGC_SIGHUP, GUC_UNIT_MS, NULL, NULL, NULL);
+	DefineCustomIntVariable("leapfrog.lock_timeout",
+							"Lock timeout of one attempt to take the locks of a switch.",
+							NULL, &lf_lock_timeout, 50, 1, 60000,
+							PGC_USERSET, GUC_UNIT_MS, NULL, NULL, NULL);
+	DefineCustomIntVariable("leapfrog.lock_retries",
+							"Attempts to take the locks of a switch before giving up.",
+							NULL, &lf_lock_retries, 40, 1, 100000,
+							PGC_USERSET, 0, NULL, NULL, NULL);
+	MarkGUCPrefixReserved("leapfrog");
+
+	prev_shmem_request_hook = shmem_request_hook;
+	shmem_request_hook = lf_shmem_request_hook;
+	prev_shmem_startup_hook = shmem_startup_hook;
+	shmem_startup_hook = lf_shmem_startup_hook;
+
+	lf_cache_init();
+	lf_register_scan_methods();
+	lf_install_planner_hook();
+	lf_install_executor_hook();
+	lf_install_utility_hook();
+	lf_register_launcher();
+
+	lf_loaded = true;
+}

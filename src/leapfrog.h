@@ -1,0 +1,130 @@
+/*-------------------------------------------------------------------------
+ * leapfrog.h
+ *	  Shared declarations of the leapfrog extension.
+ *
+ * Files and what they own:
+ *	leapfrog.c	module load, GUCs, hook installation, shared memory
+ *	catalog.c	backend-local cache of active migrations and its invalidation
+ *	start.c		leapfrog.start(): script analysis and the atomic switch
+ *	relevance.c	planner hook: which input rows a statement needs
+ *	scan.c		the LeapfrogMigrate custom scan that carries that plan
+ *	migrate.c	ExecutorStart hook and the row migration step itself
+ *	worker.c	launcher and per-database background workers, completion
+ *	utility.c	ProcessUtility hook: DDL guard on tables under migration
+ *	api.c		leapfrog.complete(), wait(), remaining()
+ *-------------------------------------------------------------------------
+ */
+#ifndef LEAPFROG_H
+#define LEAPFROG_H
+
+#include "postgres.h"
+
+#include "executor/execdesc.h"
+#include "nodes/parsenodes.h"
+#include "nodes/plannodes.h"
+#include "storage/itemptr.h"
+#include "storage/lockdefs.h"
+#include "utils/memutils.h"
+#include "utils/snapshot.h"
+
+#ifndef DatumGetItemPointer
+#define DatumGetItemPointer(X) ((ItemPointer) DatumGetPointer(X))
+#endif
+#ifndef ItemPointerGetDatum
+#define ItemPointerGetDatum(X) PointerGetDatum(X)
+#endif
+
+/* GUCs (leapfrog.c) */
+extern bool lf_background;
+extern int	lf_background_delay;
+extern int	lf_batch_size;
+extern int	lf_background_naptime;
+extern int	lf_lock_timeout;
+extern int	lf_lock_retries;
+
+extern bool lf_loaded;			/* true when preloaded */
+extern void lf_require_preload(void);
+
+/* catalog.c */
+typedef struct LfMapping
+{
+	int			id;
+	Oid			target;			/* new table */
+	Oid			input;			/* retired table */
+	int			natts;			/* attributes of target */
+	Query	   *query;			/* SELECT <natts exprs>, ctid FROM input */
+} LfMapping;
+
+typedef struct LfMigration
+{
+	int			id;
+	char	   *name;
+	Oid			owner;
+	bool		failed;
+	TimestampTz started_at;
+	List	   *inputs;			/* OIDs of retired tables */
+	List	   *mappings;		/* LfMapping * */
+} LfMigration;
+
+extern bool lf_cache_valid;
+extern List *lf_active;			/* LfMigration *, running or failed */
+extern void lf_cache_init(void);
+extern void lf_cache_load(void);
+static inline bool
+lf_any_active(void)
+{
+	if (!lf_cache_valid)
+		lf_cache_load();
+	return lf_active != NIL;
+}
+extern LfMigration *lf_migration_by_input(Oid input);
+extern LfMigration *lf_migration_by_target(Oid target);
+extern List *lf_mappings_for_target(Oid target);
+extern List *lf_mappings_for_input(Oid input);
+extern bool lf_is_target(Oid relid);
+extern bool lf_is_input(Oid relid);
+extern Oid	lf_catalog_relid(void);
+extern Oid	lf_catalog_owner(void);
+extern void lf_spi_exec_as_catalog_owner(const char *sql, int nargs, Oid *types,
+										 Datum *values, int expect);
+extern void lf_invalidate_all(void);
+extern Oid	lf_retired_namespace(void);
+
+/* relevance.c */
+extern void lf_install_planner_hook(void);
+
+/* scan.c */
+extern void lf_register_scan_methods(void);
+extern PlannedStmt *lf_wrap_plan(PlannedStmt *stmt, List *items);
+extern List *lf_plan_items(PlannedStmt *stmt);
+
+/*
+ * One relevance plan: returns the ctids of input rows of `input` that the
+ * statement may need.  Carried in the custom scan as a List:
+ * (Integer input, Integer migration id, PlannedStmt, String description).
+ */
+
+/* migrate.c */
+extern void lf_install_executor_hook(void);
+extern uint64 lf_migrate_rows(LfMigration *mig, Oid input, ItemPointer tids, int ntids);
+extern void lf_lock_inputs(LfMigration *mig, LOCKMODE mode);
+
+/* worker.c */
+extern void lf_shmem_request(void);
+extern void lf_shmem_startup(void);
+extern void lf_register_launcher(void);
+extern void lf_wake_worker_at_commit(void);
+extern bool lf_try_complete(LfMigration *mig, bool wait_for_locks);
+extern void lf_mark_failed(int migration_id, const char *error);
+extern uint64 lf_remaining(LfMigration *mig);
+
+/* utility.c */
+extern void lf_install_utility_hook(void);
+
+/* start.c helpers shared with worker.c */
+extern void lf_with_lock_retries(void (*fn) (void *), void *arg, const char *what);
+
+/* An ereport context callback naming the migration in errors. */
+extern void lf_errcontext_migration(void *arg);
+
+#endif							/* LEAPFROG_H */

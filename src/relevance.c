@@ -1,0 +1,793 @@
+/*-------------------------------------------------------------------------
+ * relevance.c
+ *	  Planner hook: derive, from a statement, which input rows it needs.
+ *
+ * For every occurrence of a table under migration in a statement, we build
+ * a *relevance query*: the statement's own query level with that occurrence
+ * replaced by its mapping over the retired input (which holds exactly the
+ * unmigrated rows), projecting the input rows' ctids.  The statement's
+ * joins, sub-queries and WHERE clause so restrict the rows migrated; a
+ * point query by key migrates one row.  INSERT (and UPDATE of a unique key)
+ * also need the rows whose unique keys could conflict.
+ *
+ * Soundness rule: a relevance query may return more rows than needed, never
+ * fewer.  So we only ever *drop* restrictions when unsure:
+ *  - conjuncts with volatile functions (they would evaluate differently);
+ *  - conjuncts above an outer join that reference its nullable side (the
+ *    mere existence of a matching row changes the result, e.g. anti-joins);
+ *  - correlated query levels fall back to their own single-table filters;
+ *  - when all else fails, the whole input ("whole table").
+ * Other occurrences of tables under migration in the same query level are
+ * expanded both ways (physical table, and mapping), so a join between two
+ * unmigrated rows is found; occurrences in other levels read the physical
+ * table, and the executor hook iterates until no relevance query returns
+ * anything (migrate.c), which makes those converge.
+ *
+ * The relevance queries are planned here, with the statement, and carried
+ * by the LeapfrogMigrate node (scan.c).
+ *-------------------------------------------------------------------------
+ */
+#include "leapfrog.h"
+
+#include "access/table.h"
+#include "catalog/pg_type.h"
+#include "nodes/makefuncs.h"
+#include "nodes/nodeFuncs.h"
+#include "optimizer/optimizer.h"
+#include "optimizer/planner.h"
+#include "parser/parsetree.h"
+#include "rewrite/rewriteManip.h"
+#include "utils/builtins.h"
+#include "utils/lsyscache.h"
+#include "utils/rel.h"
+#include "access/stratnum.h"
+#include "catalog/pg_index.h"
+#include "access/genam.h"
+#include "access/htup_details.h"
+
+#define MAX_COMBOS 16
+#define MAX_ITEMS 64
+
+static planner_hook_type prev_planner = NULL;
+
+typedef struct RelCtx
+{
+	List	   *found;			/* OIDs of targets met in the Query */
+	List	   *queries;		/* relevance Query per item */
+	List	   *inputs;			/* input OID per item */
+	List	   *descs;			/* description per item */
+} RelCtx;
+
+static void collect_level(Query *level, RelCtx *cx);
+
+/* ---------------------------------------------------------------------
+ * Small tree tools
+ * ---------------------------------------------------------------------
+ */
+typedef struct VarCheck
+{
+	int			varno;			/* 0: check correlation only */
+	int			depth;
+	bool		found;
+} VarCheck;
+
+/* Does the tree reference a query level above its own (depth 0)? */
+static bool
+outer_ref_walker(Node *node, VarCheck *vc)
+{
+	if (node == NULL)
+		return false;
+	if (IsA(node, Var))
+	{
+		if (((Var *) node)->varlevelsup > vc->depth)
+			return true;
+		if (vc->varno && ((Var *) node)->varno == vc->varno &&
+			((Var *) node)->varlevelsup == vc->depth &&
+			((Var *) node)->varattno <= 0)
+			return true;		/* whole-row or system column of the occurrence */
+		return false;
+	}
+	if (IsA(node, Aggref) && ((Aggref *) node)->agglevelsup > vc->depth)
+		return true;
+	if (IsA(node, GroupingFunc) && ((GroupingFunc *) node)->agglevelsup > vc->depth)
+		return true;
+	if (IsA(node, RangeTblEntry))
+	{
+		RangeTblEntry *rte = (RangeTblEntry *) node;
+
+		return rte->rtekind == RTE_CTE && rte->ctelevelsup > vc->depth;
+	}
+	if (IsA(node, Query))
+	{
+		bool		r;
+
+		vc->depth++;
+		r = query_tree_walker((Query *) node, outer_ref_walker, vc, QTW_EXAMINE_RTES_BEFORE);
+		vc->depth--;
+		return r;
+	}
+	return expression_tree_walker(node, outer_ref_walker, vc);
+}
+
+/* References to levels above, or whole-row/system columns of rtindex varno. */
+static bool
+has_outer_or_bad_refs(Node *node, int varno)
+{
+	VarCheck	vc = {varno, 0, false};
+
+	if (node && IsA(node, Query))
+		return query_tree_walker((Query *) node, outer_ref_walker, &vc, QTW_EXAMINE_RTES_BEFORE);
+	return outer_ref_walker(node, &vc);
+}
+
+static RangeTblEntry *
+make_map_rte(LfMapping *m, RangeTblEntry *orig)
+{
+	RangeTblEntry *sub = makeNode(RangeTblEntry);
+	List	   *colnames = list_copy(orig->eref->colnames);
+
+	colnames = lappend(colnames, makeString(pstrdup("lf_ctid")));
+	sub->rtekind = RTE_SUBQUERY;
+	sub->subquery = copyObject(m->query);
+	sub->alias = orig->alias ? copyObject(orig->alias) : NULL;
+	sub->eref = makeAlias(orig->eref->aliasname, colnames);
+	sub->inFromCl = orig->inFromCl;
+	sub->securityQuals = copyObject(orig->securityQuals);
+	sub->security_barrier = orig->securityQuals != NIL;
+	return sub;
+}
+
+/*
+ * Replace occurrence rti of a migrating table by its mapping m.  The
+ * original entry is kept at the end of the range table, outside the join
+ * tree, so the executor still checks the caller's privileges on the table
+ * exactly as the statement itself will.
+ */
+static void
+replace_with_map(Query *q, int rti, LfMapping *m)
+{
+	RangeTblEntry *orig = rt_fetch(rti, q->rtable);
+	RangeTblEntry *perm = copyObject(orig);
+
+	perm->inFromCl = false;
+	perm->securityQuals = NIL;
+	q->rtable = lappend(q->rtable, perm);
+	list_nth_cell(q->rtable, rti - 1)->ptr_value = make_map_rte(m, orig);
+}
+
+static Var *
+ctid_var(int rti, LfMapping *m)
+{
+	return makeVar(rti, m->natts + 1, TIDOID, -1, InvalidOid, 0);
+}
+
+static void
+make_select(Query *q, Var *ctid)
+{
+	q->commandType = CMD_SELECT;
+	q->querySource = QSRC_ORIGINAL;
+	q->canSetTag = true;
+	q->utilityStmt = NULL;
+	q->resultRelation = 0;
+	q->hasAggs = q->hasWindowFuncs = q->hasTargetSRFs = false;
+	q->hasDistinctOn = q->hasForUpdate = false;
+	q->groupClause = q->groupingSets = q->windowClause = NIL;
+	q->distinctClause = q->sortClause = NIL;
+	q->groupDistinct = false;
+	q->havingQual = NULL;
+	q->limitCount = q->limitOffset = NULL;
+	q->limitOption = LIMIT_OPTION_DEFAULT;
+	q->rowMarks = NIL;
+	q->returningList = NIL;
+	q->onConflict = NULL;
+	q->withCheckOptions = NIL;
+	q->mergeActionList = NIL;
+	q->mergeUseOuterJoin = false;
+	q->constraintDeps = NIL;
+	q->targetList = list_make1(makeTargetEntry((Expr *) ctid, 1, pstrdup("lf_ctid"), false));
+}
+
+static void
+add_item(RelCtx *cx, Query *q, Oid input, const char *target, const char *how)
+{
+	cx->queries = lappend(cx->queries, q);
+	cx->inputs = lappend_oid(cx->inputs, input);
+	cx->descs = lappend(cx->descs,
+						psprintf("%s from %s (%s)", target,
+								 quote_qualified_identifier(get_namespace_name(get_rel_namespace(input)),
+															get_rel_name(input)),
+								 how));
+}
+
+/* SELECT lf_ctid FROM <mapping> [WHERE quals over rtindex 1] */
+static Query *
+single_table_query(LfMapping *m, RangeTblEntry *orig, Node *quals)
+{
+	Query	   *q = makeNode(Query);
+	RangeTblEntry *perm = copyObject(orig);
+	RangeTblRef *rtr = makeNode(RangeTblRef);
+
+	perm->inFromCl = false;
+	perm->securityQuals = NIL;
+	q->rtable = list_make2(make_map_rte(m, orig), perm);
+	rtr->rtindex = 1;
+	q->jointree = makeFromExpr(list_make1(rtr), quals);
+	make_select(q, ctid_var(1, m));
+	return q;
+}
+
+static void
+whole_table(RelCtx *cx, Oid target, RangeTblEntry *orig)
+{
+	ListCell   *lc;
+	RangeTblEntry *dummy = NULL;
+
+	if (orig == NULL)
+	{
+		dummy = makeNode(RangeTblEntry);
+		dummy->rtekind = RTE_RELATION;
+		dummy->relid = target;
+		dummy->relkind = RELKIND_RELATION;
+		dummy->rellockmode = AccessShareLock;
+		dummy->requiredPerms = ACL_SELECT;
+		dummy->eref = makeAlias(get_rel_name(target), NIL);
+		{
+			Relation	rel = table_open(target, AccessShareLock);
+			int			i;
+
+			for (i = 0; i < RelationGetNumberOfAttributes(rel); i++)
+				dummy->eref->colnames = lappend(dummy->eref->colnames,
+												makeString(pstrdup(NameStr(TupleDescAttr(RelationGetDescr(rel), i)->attname))));
+			table_close(rel, AccessShareLock);
+		}
+		orig = dummy;
+	}
+	foreach(lc, lf_mappings_for_target(target))
+	{
+		LfMapping  *m = lfirst(lc);
+
+		add_item(cx, single_table_query(m, orig, NULL), m->input,
+				 get_rel_name(target), "whole table");
+	}
+}
+
+/* ---------------------------------------------------------------------
+ * Join tree surgery for the statement-level relevance query
+ * ---------------------------------------------------------------------
+ */
+static Node *
+filter_conjuncts(Node *quals, Relids drop_refs)
+{
+	List	   *kept = NIL;
+	ListCell   *lc;
+
+	if (quals == NULL)
+		return NULL;
+	foreach(lc, make_ands_implicit((Expr *) quals))
+	{
+		Node	   *c = lfirst(lc);
+
+		if (contain_volatile_functions(c))
+			continue;
+		if (drop_refs && bms_overlap(pull_varnos_of_level(NULL, c, 0), drop_refs))
+			continue;
+		kept = lappend(kept, c);
+	}
+	return kept ? (Node *) make_ands_explicit(kept) : NULL;
+}
+
+/*
+ * Make the occurrence `o` inner-joined where an outer join made it
+ * nullable, and drop the qualifications that test the nullable side of an
+ * outer join above it.  Returns the rels below jt; *nullable gets the rels
+ * made nullable by outer joins within jt.  *ok is cleared where a FULL join
+ * contains o.
+ */
+static Relids
+fix_jointree(Query *q, Node *jt, int o, Relids *nullable, bool *ok)
+{
+	*nullable = NULL;
+	if (jt == NULL)
+		return NULL;
+	if (IsA(jt, RangeTblRef))
+		return bms_make_singleton(((RangeTblRef *) jt)->rtindex);
+	if (IsA(jt, FromExpr))
+	{
+		FromExpr   *f = (FromExpr *) jt;
+		Relids		rels = NULL;
+		ListCell   *lc;
+
+		foreach(lc, f->fromlist)
+		{
+			Relids		n;
+
+			rels = bms_add_members(rels, fix_jointree(q, lfirst(lc), o, &n, ok));
+			*nullable = bms_add_members(*nullable, n);
+		}
+		f->quals = filter_conjuncts(f->quals, *nullable);
+		return rels;
+	}
+	if (IsA(jt, JoinExpr))
+	{
+		JoinExpr   *j = (JoinExpr *) jt;
+		Relids		nl,
+					nr;
+		Relids		l = fix_jointree(q, j->larg, o, &nl, ok);
+		Relids		r = fix_jointree(q, j->rarg, o, &nr, ok);
+		Relids		below = bms_union(nl, nr);
+		JoinType	jtype = j->jointype;
+
+		j->quals = filter_conjuncts(j->quals, below);
+		*nullable = below;
+		switch (jtype)
+		{
+			case JOIN_INNER:
+				break;
+			case JOIN_LEFT:
+				*nullable = bms_add_members(*nullable, r);
+				if (bms_is_member(o, r))
+					j->jointype = JOIN_INNER;
+				break;
+			case JOIN_RIGHT:
+				*nullable = bms_add_members(*nullable, l);
+				if (bms_is_member(o, l))
+					j->jointype = JOIN_INNER;
+				break;
+			default:			/* FULL */
+				*nullable = bms_add_members(*nullable, bms_union(l, r));
+				if (bms_is_member(o, l) || bms_is_member(o, r))
+					*ok = false;
+				break;
+		}
+		if (j->rtindex)
+		{
+			RangeTblEntry *jrte = rt_fetch(j->rtindex, q->rtable);
+
+			jrte->jointype = j->jointype;
+			if (bms_overlap(*nullable, bms_union(l, r)) && jtype != JOIN_INNER)
+				*nullable = bms_add_member(*nullable, j->rtindex);
+		}
+		l = bms_union(l, r);
+		if (j->rtindex)
+			l = bms_add_member(l, j->rtindex);
+		return l;
+	}
+	elog(ERROR, "unrecognized join tree node: %d", (int) nodeTag(jt));
+	return NULL;
+}
+
+/* Is occurrence o on the nullable side of an outer join of q? */
+static bool
+is_nullable(Query *q, int o)
+{
+	Query	   *copy = copyObject(q);
+	Relids		nullable;
+	bool		ok = true;
+
+	(void) fix_jointree(copy, (Node *) copy->jointree, 0, &nullable, &ok);
+	return bms_is_member(o, nullable);
+}
+
+/* ---------------------------------------------------------------------
+ * Relevance of one occurrence
+ * ---------------------------------------------------------------------
+ */
+static void
+local_relevance(Query *level, int o, RelCtx *cx, const char *target)
+{
+	RangeTblEntry *orig = rt_fetch(o, level->rtable);
+	List	   *kept = NIL;
+	ListCell   *lc;
+
+	if (level->jointree && level->jointree->quals && !is_nullable(level, o))
+	{
+		foreach(lc, make_ands_implicit((Expr *) level->jointree->quals))
+		{
+			Node	   *c = lfirst(lc);
+			Relids		rels = pull_varnos_of_level(NULL, c, 0);
+
+			if (bms_num_members(rels) != 1 || !bms_is_member(o, rels))
+				continue;
+			if (contain_volatile_functions(c) || checkExprHasSubLink(c) ||
+				has_outer_or_bad_refs(c, o))
+				continue;
+			c = copyObject(c);
+			ChangeVarNodes(c, o, 1, 0);
+			kept = lappend(kept, c);
+		}
+	}
+	foreach(lc, lf_mappings_for_target(orig->relid))
+	{
+		LfMapping  *m = lfirst(lc);
+
+		add_item(cx, single_table_query(m, orig,
+										kept ? (Node *) make_ands_explicit(copyObject(kept)) : NULL),
+				 m->input, target, kept ? "own filter" : "whole table");
+	}
+}
+
+static void
+statement_relevance(Query *level, int o, List *occ, RelCtx *cx)
+{
+	RangeTblEntry *orig = rt_fetch(o, level->rtable);
+	const char *target = get_rel_name(orig->relid);
+	List	   *others = NIL;
+	int			choices[8];
+	int			counter[8];
+	int			nothers = 0;
+	int			combos = 1;
+	ListCell   *lc;
+	bool		ok = true;
+	List	   *built = NIL;
+	List	   *built_inputs = NIL;
+
+	if (has_outer_or_bad_refs((Node *) level->jointree, o) || level->hasModifyingCTE ||
+		(level->commandType != CMD_SELECT && level->commandType != CMD_UPDATE &&
+		 level->commandType != CMD_DELETE))
+		ok = false;
+	foreach(lc, occ)
+	{
+		int			x = lfirst_int(lc);
+
+		if (x == o)
+			continue;
+		if (nothers == 8)
+		{
+			ok = false;
+			break;
+		}
+		others = lappend_int(others, x);
+		choices[nothers] = 1 + list_length(lf_mappings_for_target(rt_fetch(x, level->rtable)->relid));
+		combos *= choices[nothers];
+		nothers++;
+	}
+	if (combos * list_length(lf_mappings_for_target(orig->relid)) > MAX_COMBOS)
+		ok = false;
+
+	if (ok)
+	{
+		foreach(lc, lf_mappings_for_target(orig->relid))
+		{
+			LfMapping  *m = lfirst(lc);
+			int			c;
+
+			memset(counter, 0, sizeof(counter));
+			for (c = 0; c < combos && ok; c++)
+			{
+				Query	   *q = copyObject(level);
+				Relids		nullable;
+				int			k;
+				int			rest = c;
+
+				for (k = 0; k < nothers; k++)
+				{
+					counter[k] = rest % choices[k];
+					rest /= choices[k];
+				}
+				make_select(q, ctid_var(o, m));
+				(void) fix_jointree(q, (Node *) q->jointree, o, &nullable, &ok);
+				if (!ok)
+					break;
+				if (contain_volatile_functions((Node *) q))
+				{
+					ok = false;
+					break;
+				}
+				replace_with_map(q, o, m);
+				for (k = 0; k < nothers; k++)
+				{
+					int			x = list_nth_int(others, k);
+
+					if (counter[k] > 0)
+						replace_with_map(q, x,
+										 list_nth(lf_mappings_for_target(rt_fetch(x, level->rtable)->relid),
+												  counter[k] - 1));
+				}
+				built = lappend(built, q);
+				built_inputs = lappend_oid(built_inputs, m->input);
+			}
+		}
+	}
+	if (!ok)
+	{
+		local_relevance(level, o, cx, target);
+		return;
+	}
+	{
+		ListCell   *lc2;
+
+		forboth(lc, built, lc2, built_inputs)
+			add_item(cx, lfirst(lc), lfirst_oid(lc2), target, "statement");
+	}
+}
+
+static bool
+multiexpr_walker(Node *node, void *cx)
+{
+	if (node == NULL)
+		return false;
+	if (IsA(node, Param) && ((Param *) node)->paramkind == PARAM_MULTIEXPR)
+		return true;
+	return expression_tree_walker(node, multiexpr_walker, cx);
+}
+
+static bool
+contain_multiexpr(Node *node)
+{
+	return multiexpr_walker(node, NULL);
+}
+
+/*
+ * Rows whose unique keys could conflict with the keys an INSERT writes, or
+ * an UPDATE writes into a unique column.  r is the result relation.
+ */
+static void
+key_relevance(Query *level, int r, RelCtx *cx)
+{
+	RangeTblEntry *orig = rt_fetch(r, level->rtable);
+	Relation	rel = table_open(orig->relid, AccessShareLock);
+	int			mrti = list_length(level->rtable) + 1;
+	List	   *disjuncts = NIL;
+	bool		unknown = false;
+	ListCell   *lc;
+	bool		is_insert = (level->commandType == CMD_INSERT);
+
+	foreach(lc, RelationGetIndexList(rel))
+	{
+		Relation	idx = index_open(lfirst_oid(lc), AccessShareLock);
+		Form_pg_index ind = idx->rd_index;
+		List	   *conj = NIL;
+		bool		touches = is_insert;
+		bool		skip = false;
+		int			k;
+
+		if (ind->indisexclusion)
+			unknown = true;
+		if (!ind->indisunique || ind->indisexclusion)
+		{
+			index_close(idx, AccessShareLock);
+			continue;
+		}
+		if (ind->indnullsnotdistinct || !heap_attisnull(idx->rd_indextuple, Anum_pg_index_indexprs, NULL))
+			unknown = true;
+		for (k = 0; k < ind->indnkeyatts && !unknown; k++)
+		{
+			AttrNumber	attno = ind->indkey.values[k];
+			Form_pg_attribute att = TupleDescAttr(RelationGetDescr(rel), attno - 1);
+			Expr	   *e = NULL;
+			ListCell   *lc2;
+			Oid			opno;
+			Expr	   *clause;
+
+			foreach(lc2, level->targetList)
+			{
+				TargetEntry *tle = lfirst(lc2);
+
+				if (tle->resno == attno && !tle->resjunk)
+				{
+					e = copyObject(tle->expr);
+					touches = true;
+				}
+			}
+			if (e == NULL)
+			{
+				if (is_insert)
+				{
+					skip = true;	/* NULL: never conflicts */
+					break;
+				}
+				e = (Expr *) makeVar(r, attno, att->atttypid, att->atttypmod, att->attcollation, 0);
+			}
+			if (contain_volatile_functions((Node *) e) || has_outer_or_bad_refs((Node *) e, 0) ||
+				contain_multiexpr((Node *) e))
+			{
+				/* a key we cannot compute beforehand */
+				unknown = true;
+				break;
+			}
+			opno = get_opfamily_member(idx->rd_opfamily[k], idx->rd_opcintype[k],
+									   idx->rd_opcintype[k], BTEqualStrategyNumber);
+			if (!OidIsValid(opno))
+			{
+				unknown = true;
+				break;
+			}
+			clause = make_opclause(opno, BOOLOID, false,
+								   (Expr *) makeVar(mrti, attno, att->atttypid, att->atttypmod,
+													att->attcollation, 0),
+								   e, InvalidOid, idx->rd_indcollation[k]);
+			set_opfuncid((OpExpr *) clause);
+			conj = lappend(conj, clause);
+		}
+		index_close(idx, AccessShareLock);
+		if (!skip && touches && conj != NIL && !unknown)
+			disjuncts = lappend(disjuncts, make_ands_explicit(conj));
+	}
+	table_close(rel, AccessShareLock);
+
+	if (unknown || level->hasModifyingCTE)
+	{
+		whole_table(cx, orig->relid, orig);
+		return;
+	}
+	if (disjuncts == NIL)
+		return;
+	foreach(lc, lf_mappings_for_target(orig->relid))
+	{
+		LfMapping  *m = lfirst(lc);
+		Query	   *q = copyObject(level);
+		RangeTblRef *rtr = makeNode(RangeTblRef);
+		Node	   *keys = (Node *) (list_length(disjuncts) == 1 ? linitial(disjuncts)
+									 : make_orclause(copyObject(disjuncts)));
+		Node	   *where;
+
+		make_select(q, ctid_var(mrti, m));
+		q->rtable = lappend(q->rtable, make_map_rte(m, orig));
+		rtr->rtindex = mrti;
+		if (q->jointree == NULL)
+			q->jointree = makeFromExpr(NIL, NULL);
+		q->jointree->fromlist = lappend(q->jointree->fromlist, rtr);
+		where = filter_conjuncts(q->jointree->quals, NULL);
+		q->jointree->quals = where ? (Node *) make_andclause(list_make2(where, copyObject(keys)))
+			: copyObject(keys);
+		if (contain_volatile_functions((Node *) q))
+		{
+			whole_table(cx, orig->relid, orig);
+			return;
+		}
+		add_item(cx, q, m->input, get_rel_name(orig->relid), "conflicting keys");
+	}
+}
+
+/* ---------------------------------------------------------------------
+ * Walking all query levels
+ * ---------------------------------------------------------------------
+ */
+static bool
+nested_walker(Node *node, RelCtx *cx)
+{
+	if (node == NULL)
+		return false;
+	if (IsA(node, Query))
+	{
+		collect_level((Query *) node, cx);
+		return false;
+	}
+	return expression_tree_walker(node, nested_walker, cx);
+}
+
+static void
+collect_level(Query *level, RelCtx *cx)
+{
+	List	   *occ = NIL;
+	ListCell   *lc;
+	int			rti = 0;
+
+	foreach(lc, level->rtable)
+	{
+		RangeTblEntry *rte = lfirst(lc);
+
+		rti++;
+		if (rte->rtekind == RTE_RELATION && lf_is_target(rte->relid))
+		{
+			cx->found = list_append_unique_oid(cx->found, rte->relid);
+			occ = lappend_int(occ, rti);
+		}
+	}
+
+	foreach(lc, occ)
+	{
+		int			o = lfirst_int(lc);
+		RangeTblEntry *rte = rt_fetch(o, level->rtable);
+
+		if (level->commandType == CMD_INSERT)
+		{
+			if (o == level->resultRelation)
+				key_relevance(level, o, cx);
+			/* other entries of an INSERT level (EXCLUDED) are not read */
+		}
+		else if (level->commandType == CMD_MERGE)
+			whole_table(cx, rte->relid, rte);
+		else
+		{
+			bool		correlated = has_outer_or_bad_refs((Node *) level, 0);
+
+			if (correlated)
+				local_relevance(level, o, cx, get_rel_name(rte->relid));
+			else
+				statement_relevance(level, o, occ, cx);
+			if (level->commandType == CMD_UPDATE && o == level->resultRelation)
+				key_relevance(level, o, cx);
+		}
+	}
+
+	(void) query_tree_walker(level, nested_walker, cx, 0);
+}
+
+/* ---------------------------------------------------------------------
+ * The hook
+ * ---------------------------------------------------------------------
+ */
+static bool
+refs_target_walker(Node *node, void *cx)
+{
+	if (node == NULL)
+		return false;
+	if (IsA(node, RangeTblEntry))
+	{
+		RangeTblEntry *rte = (RangeTblEntry *) node;
+
+		return rte->rtekind == RTE_RELATION && lf_is_target(rte->relid);
+	}
+	if (IsA(node, Query))
+		return query_tree_walker((Query *) node, refs_target_walker, cx,
+								 QTW_EXAMINE_RTES_BEFORE);
+	return expression_tree_walker(node, refs_target_walker, cx);
+}
+
+static PlannedStmt *
+lf_planner(Query *parse, const char *query_string, int cursorOptions,
+		   ParamListInfo boundParams)
+{
+	Query	   *copy = NULL;
+	PlannedStmt *stmt;
+	List	   *targets = NIL;
+	ListCell   *lc;
+	RelCtx		cx = {0};
+	List	   *items = NIL;
+	ListCell   *lq,
+			   *li,
+			   *ld;
+
+	if (!lf_any_active())
+		return prev_planner ? prev_planner(parse, query_string, cursorOptions, boundParams)
+			: standard_planner(parse, query_string, cursorOptions, boundParams);
+
+	if (refs_target_walker((Node *) parse, NULL))
+		copy = copyObject(parse);
+	stmt = prev_planner ? prev_planner(parse, query_string, cursorOptions, boundParams)
+		: standard_planner(parse, query_string, cursorOptions, boundParams);
+
+	/* relationOids also sees tables of inlined SQL functions */
+	foreach(lc, stmt->relationOids)
+		if (lf_is_target(lfirst_oid(lc)))
+			targets = list_append_unique_oid(targets, lfirst_oid(lc));
+	if (targets == NIL || stmt->commandType == CMD_UTILITY)
+		return stmt;
+
+	if (copy)
+		collect_level(copy, &cx);
+	foreach(lc, targets)
+		if (!list_member_oid(cx.found, lfirst_oid(lc)))
+			whole_table(&cx, lfirst_oid(lc), NULL);
+	if (list_length(cx.queries) > MAX_ITEMS)
+	{
+		RelCtx		all = {0};
+
+		foreach(lc, targets)
+			whole_table(&all, lfirst_oid(lc), NULL);
+		cx = all;
+	}
+
+	forthree(lq, cx.queries, li, cx.inputs, ld, cx.descs)
+	{
+		Query	   *q = lfirst(lq);
+		PlannedStmt *rs;
+		LfMigration *mig = lf_migration_by_input(lfirst_oid(li));
+
+		rs = standard_planner(q, "leapfrog relevance", 0, boundParams);
+		stmt->relationOids = list_concat_unique_oid(stmt->relationOids, rs->relationOids);
+		stmt->invalItems = list_concat(stmt->invalItems, rs->invalItems);
+		items = lappend(items, list_make4(makeInteger((int) lfirst_oid(li)),
+										  makeInteger(mig->id), rs,
+										  makeString(lfirst(ld))));
+	}
+	return lf_wrap_plan(stmt, items);
+}
+
+void
+lf_install_planner_hook(void)
+{
+	prev_planner = planner_hook;
+	planner_hook = lf_planner;
+}

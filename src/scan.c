@@ -1,0 +1,152 @@
+/*-------------------------------------------------------------------------
+ * scan.c
+ *	  The LeapfrogMigrate custom scan: a pass-through node at the top of a
+ *	  plan that touches tables under migration.
+ *
+ * It carries the relevance plans computed by the planner hook (relevance.c)
+ * in custom_private, so they live and die with the plan: prepared
+ * statements, PL/pgSQL and the plan cache keep them without knowing.  The
+ * ExecutorStart hook (migrate.c) finds them there and runs them before the
+ * executor starts.  At run time the node only forwards its child's tuples;
+ * EXPLAIN shows what the statement migrates.
+ *-------------------------------------------------------------------------
+ */
+#include "leapfrog.h"
+
+#include "commands/explain.h"
+#include "executor/executor.h"
+#include "nodes/extensible.h"
+#include "nodes/makefuncs.h"
+#include "nodes/nodeFuncs.h"
+
+static Node *lf_create_scan_state(CustomScan *cscan);
+static void lf_begin(CustomScanState *node, EState *estate, int eflags);
+static TupleTableSlot *lf_exec(CustomScanState *node);
+static void lf_end(CustomScanState *node);
+static void lf_rescan(CustomScanState *node);
+static void lf_explain(CustomScanState *node, List *ancestors, ExplainState *es);
+
+static CustomScanMethods lf_scan_methods = {
+	.CustomName = "LeapfrogMigrate",
+	.CreateCustomScanState = lf_create_scan_state,
+};
+
+static CustomExecMethods lf_exec_methods = {
+	.CustomName = "LeapfrogMigrate",
+	.BeginCustomScan = lf_begin,
+	.ExecCustomScan = lf_exec,
+	.EndCustomScan = lf_end,
+	.ReScanCustomScan = lf_rescan,
+	.ExplainCustomScan = lf_explain,
+};
+
+void
+lf_register_scan_methods(void)
+{
+	RegisterCustomScanMethods(&lf_scan_methods);
+}
+
+PlannedStmt *
+lf_wrap_plan(PlannedStmt *stmt, List *items)
+{
+	Plan	   *child = stmt->planTree;
+	CustomScan *cs = makeNode(CustomScan);
+	List	   *tlist = NIL;
+	List	   *scan_tlist = NIL;
+	ListCell   *lc;
+
+	/*
+	 * The node's output is its child's output: its target list points at
+	 * custom_scan_tlist (INDEX_VAR), whose entries point at the child
+	 * (OUTER_VAR), which is also what EXPLAIN VERBOSE needs to deparse it.
+	 */
+	foreach(lc, child->targetlist)
+	{
+		TargetEntry *tle = lfirst(lc);
+
+		scan_tlist = lappend(scan_tlist,
+							 makeTargetEntry((Expr *) makeVarFromTargetEntry(OUTER_VAR, tle),
+											 tle->resno, tle->resname, tle->resjunk));
+		tlist = lappend(tlist,
+						makeTargetEntry((Expr *) makeVarFromTargetEntry(INDEX_VAR, tle),
+										tle->resno, tle->resname, tle->resjunk));
+	}
+	cs->scan.plan.startup_cost = child->startup_cost;
+	cs->scan.plan.total_cost = child->total_cost;
+	cs->scan.plan.plan_rows = child->plan_rows;
+	cs->scan.plan.plan_width = child->plan_width;
+	cs->scan.plan.plan_node_id = -1;	/* never in a parallel worker */
+	cs->scan.plan.targetlist = tlist;
+	cs->scan.plan.lefttree = child;
+	cs->scan.plan.extParam = bms_copy(child->extParam);
+	cs->scan.plan.allParam = bms_copy(child->allParam);
+	cs->scan.scanrelid = 0;
+	cs->flags = ExecSupportsBackwardScan(child) ? CUSTOMPATH_SUPPORT_BACKWARD_SCAN : 0;
+	cs->custom_scan_tlist = scan_tlist;
+	cs->custom_private = items;
+	cs->methods = &lf_scan_methods;
+	stmt->planTree = (Plan *) cs;
+	return stmt;
+}
+
+List *
+lf_plan_items(PlannedStmt *stmt)
+{
+	Plan	   *top = stmt->planTree;
+
+	if (top && IsA(top, CustomScan) &&
+		((CustomScan *) top)->methods == &lf_scan_methods)
+		return ((CustomScan *) top)->custom_private;
+	return NIL;
+}
+
+static Node *
+lf_create_scan_state(CustomScan *cscan)
+{
+	CustomScanState *css = makeNode(CustomScanState);
+
+	css->methods = &lf_exec_methods;
+	return (Node *) css;
+}
+
+static void
+lf_begin(CustomScanState *node, EState *estate, int eflags)
+{
+	Plan	   *plan = node->ss.ps.plan;
+
+	outerPlanState(node) = ExecInitNode(outerPlan(plan), estate, eflags);
+}
+
+static TupleTableSlot *
+lf_exec(CustomScanState *node)
+{
+	return ExecProcNode(outerPlanState(node));
+}
+
+static void
+lf_end(CustomScanState *node)
+{
+	ExecEndNode(outerPlanState(node));
+}
+
+static void
+lf_rescan(CustomScanState *node)
+{
+	PlanState  *outer = outerPlanState(node);
+
+	/* as nodeMaterial: a child with changed parameters rescans by itself */
+	if (outer->chgParam == NULL)
+		ExecReScan(outer);
+}
+
+static void
+lf_explain(CustomScanState *node, List *ancestors, ExplainState *es)
+{
+	List	   *items = ((CustomScan *) node->ss.ps.plan)->custom_private;
+	List	   *descs = NIL;
+	ListCell   *lc;
+
+	foreach(lc, items)
+		descs = lappend(descs, strVal(lfourth((List *) lfirst(lc))));
+	ExplainPropertyList("Migrates", descs, es);
+}

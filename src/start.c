@@ -1,0 +1,780 @@
+/*-------------------------------------------------------------------------
+ * start.c
+ *	  leapfrog.start(name, script): analyse the script and switch at once.
+ *
+ * The script is parsed and analysed with PostgreSQL's own parser, statement
+ * by statement and in order, exactly as an eager run would see it: DDL runs
+ * as written; each INSERT ... SELECT becomes a mapping (an analysed Query,
+ * stored with every function and operator resolved, so it means the same
+ * thing whatever search_path later sessions use); each DROP TABLE of a
+ * mapping's input retires the table instead: it is renamed and moved to
+ * schema leapfrog_retired, keeping its data until the migration is done.
+ *
+ * Everything happens in the caller's transaction, so start() is all or
+ * nothing.  The whole switch runs in a subtransaction with a short
+ * lock_timeout and is retried with backoff (lf_with_lock_retries): a switch
+ * never makes application traffic queue behind a long-running transaction.
+ *-------------------------------------------------------------------------
+ */
+#include "leapfrog.h"
+
+#include "access/genam.h"
+#include "access/relation.h"
+#include "access/table.h"
+#include "access/xact.h"
+#include "catalog/dependency.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_constraint.h"
+#include "catalog/pg_inherits.h"
+#include "catalog/pg_type.h"
+#include "commands/tablecmds.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "miscadmin.h"
+#include "nodes/makefuncs.h"
+#include "nodes/nodeFuncs.h"
+#include "optimizer/optimizer.h"
+#include "parser/parser.h"
+#include "parser/parsetree.h"
+#include "rewrite/rewriteHandler.h"
+#include "rewrite/rewriteManip.h"
+#include "storage/lmgr.h"
+#include "tcop/tcopprot.h"
+#include "tcop/utility.h"
+#include "utils/acl.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/rel.h"
+#include "utils/syscache.h"
+#include "utils/timestamp.h"
+
+PG_FUNCTION_INFO_V1(leapfrog_start);
+
+typedef struct PendingMapping
+{
+	Oid			target;
+	Oid			input;
+	char	   *query;			/* nodeToString of the mapping Query */
+} PendingMapping;
+
+typedef struct StartState
+{
+	const char *name;
+	const char *script;
+	List	   *stmts;			/* RawStmt */
+	/* filled by one attempt */
+	int			migration_id;
+	List	   *created;		/* OIDs of tables the script created */
+	List	   *retired;		/* OIDs of retired inputs */
+	List	   *retired_names;	/* their original qualified names */
+	List	   *mappings;		/* PendingMapping */
+} StartState;
+
+#define refuse(...) \
+	ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED), __VA_ARGS__))
+
+/* ---------------------------------------------------------------------
+ * Lock retries
+ * ---------------------------------------------------------------------
+ */
+void
+lf_with_lock_retries(void (*fn) (void *), void *arg, const char *what)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	ResourceOwner owner = CurrentResourceOwner;
+	volatile int attempt;
+
+	for (attempt = 1;; attempt++)
+	{
+		ErrorData  *edata;
+		long		sleep_ms;
+
+		BeginInternalSubTransaction(NULL);
+		MemoryContextSwitchTo(cxt);
+		PG_TRY();
+		{
+			int			nest = NewGUCNestLevel();
+			char		buf[32];
+
+			snprintf(buf, sizeof(buf), "%dms", lf_lock_timeout);
+			(void) set_config_option("lock_timeout", buf, PGC_USERSET,
+									 PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+			fn(arg);
+			AtEOXact_GUC(true, nest);
+			ReleaseCurrentSubTransaction();
+			MemoryContextSwitchTo(cxt);
+			CurrentResourceOwner = owner;
+			return;
+		}
+		PG_CATCH();
+		{
+			MemoryContextSwitchTo(cxt);
+			edata = CopyErrorData();
+			FlushErrorState();
+			RollbackAndReleaseCurrentSubTransaction();
+			MemoryContextSwitchTo(cxt);
+			CurrentResourceOwner = owner;
+		}
+		PG_END_TRY();
+
+		if (edata->sqlerrcode != ERRCODE_LOCK_NOT_AVAILABLE)
+			ReThrowError(edata);
+		if (attempt >= lf_lock_retries)
+			ereport(ERROR,
+					(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+					 errmsg("could not take the locks of %s after %d attempts", what, attempt),
+					 errdetail("Last attempt: %s", edata->message),
+					 errhint("Another transaction holds a lock on a table involved; retry when it has finished, or raise leapfrog.lock_retries.")));
+		FreeErrorData(edata);
+		/* exponential backoff with jitter, capped at one second */
+		sleep_ms = Min(1000L, 5L << Min(attempt, 8));
+		sleep_ms = sleep_ms / 2 + random() % (sleep_ms / 2 + 1);
+		pg_usleep(sleep_ms * 1000L);
+		CHECK_FOR_INTERRUPTS();
+	}
+}
+
+/* ---------------------------------------------------------------------
+ * Helpers
+ * ---------------------------------------------------------------------
+ */
+static char *
+stmt_text(StartState *st, RawStmt *rs)
+{
+	int			len = rs->stmt_len ? rs->stmt_len : (int) strlen(st->script + rs->stmt_location);
+
+	return pnstrdup(st->script + rs->stmt_location, len);
+}
+
+/* Run one analysed statement of the script, as the caller, like exec_simple_query. */
+static void
+run_stmt(StartState *st, RawStmt *rs)
+{
+	List	   *queries = pg_analyze_and_rewrite_fixedparams(copyObject(rs), st->script,
+															NULL, 0, NULL);
+	List	   *plans = pg_plan_queries(queries, st->script, 0, NULL);
+	ListCell   *lc;
+
+	foreach(lc, plans)
+	{
+		PlannedStmt *ps = lfirst_node(PlannedStmt, lc);
+
+		if (ps->commandType != CMD_UTILITY)
+			refuse(errmsg("statement not supported in a leapfrog script"));
+		ProcessUtility(ps, st->script, false, PROCESS_UTILITY_QUERY, NULL, NULL,
+					   None_Receiver, NULL);
+		CommandCounterIncrement();
+	}
+}
+
+void
+lf_spi_exec_as_catalog_owner(const char *sql, int nargs, Oid *types, Datum *values,
+						  int expect)
+{
+	Oid			save_user;
+	int			save_sec;
+	int			rc;
+
+	GetUserIdAndSecContext(&save_user, &save_sec);
+	SetUserIdAndSecContext(lf_catalog_owner(), save_sec | SECURITY_LOCAL_USERID_CHANGE);
+	rc = SPI_execute_with_args(sql, nargs, types, values, NULL, false, 0);
+	SetUserIdAndSecContext(save_user, save_sec);
+	if (rc != expect)
+		elog(ERROR, "leapfrog catalog statement failed: %s", SPI_result_code_string(rc));
+}
+
+/* ---------------------------------------------------------------------
+ * Mappings
+ * ---------------------------------------------------------------------
+ */
+static bool
+has_volatile_or_mutable(Node *n)
+{
+	return contain_mutable_functions(n);
+}
+
+/*
+ * From the analysed INSERT INTO target SELECT ... FROM input, build the
+ * mapping Query: SELECT <one expression per attribute of target, in
+ * attribute order, coerced as the INSERT coerces>, ctid FROM input WHERE ...
+ */
+static Query *
+build_mapping(StartState *st, Query *ins, Oid *input_out)
+{
+	RangeTblEntry *target_rte = rt_fetch(ins->resultRelation, ins->rtable);
+	RangeTblRef *rtr;
+	RangeTblEntry *srte;
+	RangeTblEntry *in;
+	Query	   *sel;
+	Relation	target;
+	TupleDesc	desc;
+	List	   *tlist = NIL;
+	int			attno;
+
+	if (!list_member_oid(st->created, target_rte->relid))
+		refuse(errmsg("mapping into table \"%s\" is not supported",
+					  get_rel_name(target_rte->relid)),
+			   errdetail("A mapping must insert into a table created by the same script."));
+	if (ins->onConflict || ins->returningList || ins->cteList)
+		refuse(errmsg("INSERT with ON CONFLICT, RETURNING or WITH is not supported in a leapfrog script"));
+	if (list_length(ins->jointree->fromlist) != 1 ||
+		!IsA(linitial(ins->jointree->fromlist), RangeTblRef))
+		refuse(errmsg("INSERT without a SELECT from a table is not supported in a leapfrog script"),
+			   errhint("Insert constant rows after the migration has started."));
+	rtr = linitial(ins->jointree->fromlist);
+	srte = rt_fetch(rtr->rtindex, ins->rtable);
+	if (srte->rtekind != RTE_SUBQUERY)
+		refuse(errmsg("INSERT ... VALUES is not supported in a leapfrog script"),
+			   errhint("Insert constant rows after the migration has started."));
+	sel = copyObject(srte->subquery);
+
+	if (sel->cteList || sel->setOperations)
+		refuse(errmsg("WITH and set operations are not supported in a mapping"));
+	if (sel->hasAggs || sel->groupClause || sel->groupingSets || sel->havingQual)
+		refuse(errmsg("aggregation is not supported in a mapping yet"),
+			   errdetail("Only single-table mappings (1:1 and splits) are supported."));
+	if (sel->hasWindowFuncs)
+		refuse(errmsg("window functions are not supported in a mapping"));
+	if (sel->hasTargetSRFs)
+		refuse(errmsg("set-returning functions are not supported in a mapping"));
+	if (sel->distinctClause)
+		refuse(errmsg("DISTINCT is not supported in a mapping"));
+	if (sel->limitCount || sel->limitOffset)
+		refuse(errmsg("LIMIT and OFFSET are not supported in a mapping"));
+	if (sel->rowMarks)
+		refuse(errmsg("FOR UPDATE/SHARE is not supported in a mapping"));
+	if (sel->hasSubLinks)
+		refuse(errmsg("sub-queries are not supported in a mapping"),
+			   errdetail("A mapping may read only its input table."));
+	if (list_length(sel->rtable) != 1 || list_length(sel->jointree->fromlist) != 1 ||
+		!IsA(linitial(sel->jointree->fromlist), RangeTblRef))
+		refuse(errmsg("joins are not supported in a mapping yet"),
+			   errdetail("Only single-table mappings (1:1 and splits) are supported."));
+	in = linitial(sel->rtable);
+	if (in->rtekind != RTE_RELATION)
+		refuse(errmsg("a mapping must read a table"));
+	if (in->relkind != RELKIND_RELATION)
+		refuse(errmsg("mapping input \"%s\" is not a plain table", get_rel_name(in->relid)));
+	if (has_subclass(in->relid) || get_rel_relispartition(in->relid))
+		refuse(errmsg("mapping input \"%s\" takes part in inheritance or partitioning",
+					  get_rel_name(in->relid)));
+	if (list_member_oid(st->created, in->relid))
+		refuse(errmsg("mapping input \"%s\" is created by the same script", get_rel_name(in->relid)));
+	if (lf_is_target(in->relid) || lf_is_input(in->relid))
+		refuse(errmsg("table \"%s\" is already under migration", get_rel_name(in->relid)),
+			   errhint("Chained migrations are not supported yet: wait for the running migration with leapfrog.wait()."));
+	if (get_rel_persistence(in->relid) == RELPERSISTENCE_TEMP)
+		refuse(errmsg("mapping input \"%s\" is a temporary table", get_rel_name(in->relid)));
+	in->inh = false;
+	if (has_volatile_or_mutable(sel->jointree->quals))
+		refuse(errmsg("the filter of a mapping must be immutable"),
+			   errdetail("Rows are migrated later than start(); only immutable expressions give the eager result."));
+
+	target = table_open(target_rte->relid, AccessShareLock);
+	desc = RelationGetDescr(target);
+	if (target->rd_rel->relkind != RELKIND_RELATION)
+		refuse(errmsg("mapping target \"%s\" is not a plain table", RelationGetRelationName(target)),
+			   errdetail("Partitioned targets are not supported yet."));
+	for (attno = 1; attno <= desc->natts; attno++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, attno - 1);
+		Node	   *expr = NULL;
+		ListCell   *lc;
+
+		if (att->attgenerated)
+			refuse(errmsg("generated column \"%s\" is not supported in a mapping target",
+						  NameStr(att->attname)));
+		foreach(lc, ins->targetList)
+		{
+			TargetEntry *tle = lfirst(lc);
+
+			if (tle->resno == attno && !tle->resjunk)
+				expr = (Node *) copyObject(tle->expr);
+		}
+		if (expr)
+			expr = ReplaceVarsFromTargetList(expr, rtr->rtindex, 0, srte, sel->targetList,
+											 REPLACEVARS_REPORT_ERROR, 0, NULL);
+		else if (att->attisdropped)
+			expr = (Node *) makeNullConst(INT4OID, -1, InvalidOid);
+		else
+			expr = (Node *) makeNullConst(att->atttypid, att->atttypmod, att->attcollation);
+		if (has_volatile_or_mutable(expr))
+			refuse(errmsg("the value of column \"%s\" in the mapping into \"%s\" is not immutable",
+						  NameStr(att->attname), RelationGetRelationName(target)),
+				   errdetail("Rows are migrated later than start(); only immutable expressions and defaults give the eager result."),
+				   errhint("Compute the column with immutable expressions, or fill it after the migration is done."));
+		tlist = lappend(tlist, makeTargetEntry((Expr *) expr, attno,
+											   pstrdup(NameStr(att->attname)), false));
+	}
+	tlist = lappend(tlist,
+					makeTargetEntry((Expr *) makeVar(1, SelfItemPointerAttributeNumber,
+													 TIDOID, -1, InvalidOid, 0),
+									desc->natts + 1, pstrdup("lf_ctid"), false));
+	table_close(target, AccessShareLock);
+
+	sel->targetList = tlist;
+	sel->sortClause = NIL;
+	*input_out = in->relid;
+	return sel;
+}
+
+static void
+add_mapping(StartState *st, RawStmt *rs)
+{
+	List	   *queries = pg_analyze_and_rewrite_fixedparams(copyObject(rs), st->script,
+															NULL, 0, NULL);
+	Query	   *ins;
+	PendingMapping *pm;
+	Query	   *map;
+
+	if (list_length(queries) != 1)
+		refuse(errmsg("INSERT rewritten by rules is not supported in a leapfrog script"));
+	ins = linitial_node(Query, queries);
+	pm = palloc0(sizeof(PendingMapping));
+	map = build_mapping(st, ins, &pm->input);
+	pm->target = rt_fetch(ins->resultRelation, ins->rtable)->relid;
+	pm->query = nodeToString(map);
+	st->mappings = lappend(st->mappings, pm);
+}
+
+/* CREATE TABLE new AS SELECT ...: create it empty, then map into it. */
+static void
+add_ctas(StartState *st, RawStmt *rs)
+{
+	CreateTableAsStmt *ctas = (CreateTableAsStmt *) rs->stmt;
+	bool		with_data = !ctas->into->skipData;
+	RawStmt    *copy = copyObject(rs);
+	Oid			relid;
+
+	if (ctas->objtype != OBJECT_TABLE)
+		refuse(errmsg("CREATE MATERIALIZED VIEW is not supported in a leapfrog script"));
+	((CreateTableAsStmt *) copy->stmt)->into->skipData = true;
+	run_stmt(st, copy);
+	relid = RangeVarGetRelid(ctas->into->rel, NoLock, false);
+	st->created = lappend_oid(st->created, relid);
+	if (with_data)
+	{
+		InsertStmt *ins = makeNode(InsertStmt);
+		RawStmt    *irs = makeNode(RawStmt);
+
+		ins->relation = makeRangeVar(get_namespace_name(get_rel_namespace(relid)),
+									 get_rel_name(relid), -1);
+		ins->selectStmt = ctas->query;
+		ins->override = OVERRIDING_NOT_SET;
+		irs->stmt = (Node *) ins;
+		irs->stmt_location = rs->stmt_location;
+		irs->stmt_len = rs->stmt_len;
+		add_mapping(st, irs);
+	}
+}
+
+/* ---------------------------------------------------------------------
+ * Retiring an input
+ * ---------------------------------------------------------------------
+ */
+static bool
+mapped_input(StartState *st, Oid relid)
+{
+	ListCell   *lc;
+
+	foreach(lc, st->mappings)
+		if (((PendingMapping *) lfirst(lc))->input == relid)
+			return true;
+	return false;
+}
+
+/*
+ * Eager DROP TABLE fails when views, foreign keys or other objects depend on
+ * the table.  Run the real DROP in a subtransaction and roll it back: the
+ * caller gets exactly the error eager would give, with the same checks.
+ */
+static void
+check_droppable(StartState *st, RawStmt *rs, RangeVar *rv)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	ResourceOwner owner = CurrentResourceOwner;
+	DropStmt   *drop = makeNode(DropStmt);
+	RawStmt    *drs = makeNode(RawStmt);
+
+	drop->objects = list_make1(list_make2(makeString(rv->schemaname), makeString(rv->relname)));
+	drop->removeType = OBJECT_TABLE;
+	drop->behavior = DROP_RESTRICT;
+	drs->stmt = (Node *) drop;
+	drs->stmt_location = rs->stmt_location;
+	drs->stmt_len = rs->stmt_len;
+
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(cxt);
+	PG_TRY();
+	{
+		run_stmt(st, drs);
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(cxt);
+		CurrentResourceOwner = owner;
+		ReThrowError(edata);
+	}
+	PG_END_TRY();
+	RollbackAndReleaseCurrentSubTransaction();
+	MemoryContextSwitchTo(cxt);
+	CurrentResourceOwner = owner;
+}
+
+static void
+retire(StartState *st, RawStmt *rs, Oid relid)
+{
+	char	   *nspname = get_namespace_name(get_rel_namespace(relid));
+	char	   *relname = get_rel_name(relid);
+	char	   *qname = quote_qualified_identifier(nspname, relname);
+	Oid			retired_nsp = lf_retired_namespace();
+	Relation	rel;
+	List	   *indexes;
+	ListCell   *lc;
+	char		newname[NAMEDATALEN];
+	StringInfoData sql;
+	ObjectAddresses *moved;
+
+	check_droppable(st, rs, makeRangeVar(nspname, relname, -1));
+
+	rel = table_open(relid, AccessExclusiveLock);
+	if (rel->rd_rules)
+		refuse(errmsg("table \"%s\" has rules", relname));
+
+	/*
+	 * What eager DROP would remove and that would otherwise keep acting on
+	 * the retired table: its outgoing foreign keys (they would block changes
+	 * to the referenced tables), its user triggers and row security (they
+	 * would fire on, or filter, the migration's own deletes).
+	 */
+	initStringInfo(&sql);
+	appendStringInfo(&sql, "ALTER TABLE %s DISABLE TRIGGER USER, DISABLE ROW LEVEL SECURITY, NO FORCE ROW LEVEL SECURITY", qname);
+	if (SPI_execute(sql.data, false, 0) != SPI_OK_UTILITY)
+		elog(ERROR, "could not prepare %s for retirement", qname);
+	{
+		List	   *fks = NIL;
+		Relation	conrel = table_open(ConstraintRelationId, AccessShareLock);
+		SysScanDesc scan = systable_beginscan(conrel, InvalidOid, false, NULL, 0, NULL);
+		HeapTuple	tup;
+
+		while (HeapTupleIsValid(tup = systable_getnext(scan)))
+		{
+			Form_pg_constraint con = (Form_pg_constraint) GETSTRUCT(tup);
+
+			if (con->conrelid == relid && con->contype == CONSTRAINT_FOREIGN)
+				fks = lappend_oid(fks, con->oid);
+		}
+		systable_endscan(scan);
+		table_close(conrel, AccessShareLock);
+		foreach(lc, fks)
+		{
+			ObjectAddress addr;
+
+			ObjectAddressSet(addr, ConstraintRelationId, lfirst_oid(lc));
+			performDeletion(&addr, DROP_RESTRICT, PERFORM_DELETION_INTERNAL);
+		}
+	}
+	CommandCounterIncrement();
+
+	/* Unique names inside leapfrog_retired, derived from OIDs. */
+	indexes = RelationGetIndexList(rel);
+	foreach(lc, indexes)
+	{
+		snprintf(newname, sizeof(newname), "m%d_%u", st->migration_id, lfirst_oid(lc));
+		RenameRelationInternal(lfirst_oid(lc), newname, true, true);
+	}
+	foreach(lc, getOwnedSequences(relid))
+	{
+		snprintf(newname, sizeof(newname), "m%d_%u", st->migration_id, lfirst_oid(lc));
+		RenameRelationInternal(lfirst_oid(lc), newname, true, false);
+	}
+	snprintf(newname, sizeof(newname), "m%d_%u_%s", st->migration_id, relid, relname);
+	RenameRelationInternal(relid, newname, true, false);
+	CommandCounterIncrement();
+
+	moved = new_object_addresses();
+	AlterTableNamespaceInternal(rel, RelationGetNamespace(rel), retired_nsp, moved);
+	free_object_addresses(moved);
+	table_close(rel, NoLock);
+	CommandCounterIncrement();
+
+	st->retired = lappend_oid(st->retired, relid);
+	st->retired_names = lappend(st->retired_names, qname);
+}
+
+static void
+do_drop(StartState *st, RawStmt *rs)
+{
+	DropStmt   *drop = (DropStmt *) rs->stmt;
+	ListCell   *lc;
+
+	if (drop->removeType != OBJECT_TABLE)
+		refuse(errmsg("only DROP TABLE is supported in a leapfrog script"));
+	foreach(lc, drop->objects)
+	{
+		RangeVar   *rv = makeRangeVarFromNameList(lfirst(lc));
+		Oid			relid = RangeVarGetRelid(rv, AccessExclusiveLock, drop->missing_ok);
+
+		if (!OidIsValid(relid))
+			continue;
+		if (!pg_class_ownercheck(relid, GetUserId()))
+			aclcheck_error(ACLCHECK_NOT_OWNER, OBJECT_TABLE, rv->relname);
+		if (mapped_input(st, relid))
+		{
+			if (drop->behavior == DROP_CASCADE)
+				refuse(errmsg("DROP TABLE ... CASCADE of a mapping input is not supported"));
+			retire(st, rs, relid);
+		}
+		else
+		{
+			DropStmt   *one = copyObject(drop);
+			RawStmt    *ors = copyObject(rs);
+
+			one->objects = list_make1(lfirst(lc));
+			ors->stmt = (Node *) one;
+			run_stmt(st, ors);
+		}
+	}
+}
+
+/* ---------------------------------------------------------------------
+ * The switch
+ * ---------------------------------------------------------------------
+ */
+static void
+lock_dropped_tables(StartState *st)
+{
+	ListCell   *lc,
+			   *lc2;
+
+	/* Take the strong locks first, so a retry happens before any work. */
+	foreach(lc, st->stmts)
+	{
+		RawStmt    *rs = lfirst(lc);
+
+		if (IsA(rs->stmt, DropStmt) && ((DropStmt *) rs->stmt)->removeType == OBJECT_TABLE)
+			foreach(lc2, ((DropStmt *) rs->stmt)->objects)
+				(void) RangeVarGetRelid(makeRangeVarFromNameList(lfirst(lc2)),
+										AccessExclusiveLock, true);
+	}
+}
+
+static void
+switch_attempt(void *arg)
+{
+	StartState *st = arg;
+	ListCell   *lc;
+	ListCell   *lc2;
+	Oid			types[3] = {TEXTOID, OIDOID, TEXTOID};
+	Datum		values[3];
+
+	st->created = st->retired = st->retired_names = st->mappings = NIL;
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+
+	lock_dropped_tables(st);
+
+	values[0] = CStringGetTextDatum(st->name);
+	values[1] = ObjectIdGetDatum(GetUserId());
+	values[2] = CStringGetTextDatum(st->script);
+	lf_spi_exec_as_catalog_owner("INSERT INTO leapfrog.migration (name, owner, script) "
+							  "VALUES ($1, $2, $3) RETURNING id",
+							  3, types, values, SPI_OK_INSERT_RETURNING);
+	{
+		bool		isnull;
+
+		st->migration_id = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0],
+													   SPI_tuptable->tupdesc, 1, &isnull));
+	}
+
+	foreach(lc, st->stmts)
+	{
+		RawStmt    *rs = lfirst(lc);
+
+		switch (nodeTag(rs->stmt))
+		{
+			case T_CreateStmt:
+				run_stmt(st, rs);
+				st->created = lappend_oid(st->created,
+										  RangeVarGetRelid(((CreateStmt *) rs->stmt)->relation,
+														   NoLock, false));
+				break;
+			case T_IndexStmt:
+				{
+					Oid			relid = RangeVarGetRelid(((IndexStmt *) rs->stmt)->relation,
+														 NoLock, false);
+
+					if (!list_member_oid(st->created, relid))
+						refuse(errmsg("CREATE INDEX on table \"%s\" is not supported in a leapfrog script",
+									  get_rel_name(relid)),
+							   errdetail("Only tables created by the same script can be indexed: building an index on an existing table is not instant."));
+					run_stmt(st, rs);
+				}
+				break;
+			case T_RenameStmt:
+				if (((RenameStmt *) rs->stmt)->renameType != OBJECT_TABLE)
+					refuse(errmsg("only ALTER TABLE ... RENAME TO is supported in a leapfrog script"));
+				run_stmt(st, rs);
+				break;
+			case T_InsertStmt:
+				add_mapping(st, rs);
+				break;
+			case T_CreateTableAsStmt:
+				add_ctas(st, rs);
+				break;
+			case T_DropStmt:
+				do_drop(st, rs);
+				break;
+			default:
+				break;			/* refused before the attempt */
+		}
+	}
+
+	/* Every mapping's input must have been retired by the script. */
+	foreach(lc, st->mappings)
+	{
+		PendingMapping *pm = lfirst(lc);
+
+		if (!list_member_oid(st->retired, pm->input))
+			refuse(errmsg("mapping input \"%s\" is not dropped by the script",
+						  get_rel_name(pm->input)),
+				   errdetail("Inputs that stay live are not supported yet: add DROP TABLE %s to the script.",
+							 get_rel_name(pm->input)));
+		if (!OidIsValid(get_rel_namespace(pm->target)))
+			refuse(errmsg("mapping target dropped by the same script"));
+	}
+
+	/* Record inputs and mappings. */
+	forboth(lc, st->retired, lc2, st->retired_names)
+	{
+		Oid			itypes[3] = {INT4OID, OIDOID, TEXTOID};
+		Datum		ivalues[3];
+
+		ivalues[0] = Int32GetDatum(st->migration_id);
+		ivalues[1] = ObjectIdGetDatum(lfirst_oid(lc));
+		ivalues[2] = CStringGetTextDatum((char *) lfirst(lc2));
+		lf_spi_exec_as_catalog_owner("INSERT INTO leapfrog.input (migration_id, relid, orig_name) "
+								  "VALUES ($1, $2, $3)", 3, itypes, ivalues, SPI_OK_INSERT);
+	}
+	foreach(lc, st->mappings)
+	{
+		PendingMapping *pm = lfirst(lc);
+		Oid			mtypes[4] = {INT4OID, OIDOID, OIDOID, TEXTOID};
+		Datum		mvalues[4];
+
+		mvalues[0] = Int32GetDatum(st->migration_id);
+		mvalues[1] = ObjectIdGetDatum(pm->input);
+		mvalues[2] = ObjectIdGetDatum(pm->target);
+		mvalues[3] = CStringGetTextDatum(pm->query);
+		lf_spi_exec_as_catalog_owner("INSERT INTO leapfrog.mapping (migration_id, input_relid, target_relid, query) "
+								  "VALUES ($1, $2, $3, $4)", 4, mtypes, mvalues, SPI_OK_INSERT);
+	}
+	if (st->mappings == NIL)
+	{
+		Oid			dtypes[1] = {INT4OID};
+		Datum		dvalues[1] = {Int32GetDatum(st->migration_id)};
+
+		lf_spi_exec_as_catalog_owner("UPDATE leapfrog.migration SET state = 'done', "
+								  "finished_at = pg_catalog.clock_timestamp(), tuples_total = 0 "
+								  "WHERE id = $1", 1, dtypes, dvalues, SPI_OK_UPDATE);
+	}
+	SPI_finish();
+}
+
+static void
+check_statement_kinds(StartState *st)
+{
+	ListCell   *lc;
+
+	if (st->stmts == NIL)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("migration script is empty")));
+	foreach(lc, st->stmts)
+	{
+		RawStmt    *rs = lfirst(lc);
+
+		switch (nodeTag(rs->stmt))
+		{
+			case T_CreateStmt:
+			case T_IndexStmt:
+			case T_RenameStmt:
+			case T_InsertStmt:
+			case T_CreateTableAsStmt:
+			case T_DropStmt:
+				break;
+			case T_UpdateStmt:
+			case T_DeleteStmt:
+				refuse(errmsg("UPDATE and DELETE are not supported in a leapfrog script"),
+					   errdetail("Statement: %s", stmt_text(st, rs)),
+					   errhint("Express the change as INSERT ... SELECT into a new table."));
+				break;
+			default:
+				refuse(errmsg("statement not supported in a leapfrog script"),
+					   errdetail("Statement: %s", stmt_text(st, rs)),
+					   errhint("A script may hold CREATE TABLE, CREATE INDEX, ALTER TABLE ... RENAME TO, INSERT ... SELECT, CREATE TABLE ... AS SELECT and DROP TABLE."));
+		}
+	}
+}
+
+Datum
+leapfrog_start(PG_FUNCTION_ARGS)
+{
+	StartState	st = {0};
+	instr_time	t0,
+				t1;
+
+	lf_require_preload();
+	if (!OidIsValid(lf_catalog_relid()))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("extension leapfrog is not installed in this database")));
+	INSTR_TIME_SET_CURRENT(t0);
+	st.name = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	st.script = text_to_cstring(PG_GETARG_TEXT_PP(1));
+	if (st.name[0] == '\0')
+		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						errmsg("migration name must not be empty")));
+
+	/* Name taken? (the unique index would say so too, less clearly) */
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	{
+		Oid			types[1] = {TEXTOID};
+		Datum		values[1] = {CStringGetTextDatum(st.name)};
+
+		lf_spi_exec_as_catalog_owner("SELECT 1 FROM leapfrog.migration WHERE name = $1",
+								  1, types, values, SPI_OK_SELECT);
+		if (SPI_processed > 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_DUPLICATE_OBJECT),
+					 errmsg("migration \"%s\" already exists", st.name),
+					 errhint("Choose another name.")));
+	}
+	SPI_finish();
+
+	st.stmts = raw_parser(st.script, RAW_PARSE_DEFAULT);
+	check_statement_kinds(&st);
+
+	lf_with_lock_retries(switch_attempt, &st, "the migration switch");
+
+	lf_invalidate_all();
+	if (st.mappings != NIL)
+		lf_wake_worker_at_commit();
+	INSTR_TIME_SET_CURRENT(t1);
+	INSTR_TIME_SUBTRACT(t1, t0);
+	ereport(LOG,
+			(errmsg("leapfrog: migration \"%s\" started: %d mapping(s) from %d retired table(s), switch took %.3f ms",
+					st.name, list_length(st.mappings), list_length(st.retired),
+					INSTR_TIME_GET_MILLISEC(t1))));
+	PG_RETURN_VOID();
+}

@@ -1,0 +1,118 @@
+/*-------------------------------------------------------------------------
+ * utility.c
+ *	  ProcessUtility hook: keep DDL and bulk paths off tables under migration.
+ *
+ * Some commands bypass the executor or would break the mapping: COPY reads
+ * or writes the table directly (missing the unmigrated rows, or creating
+ * key conflicts with them), TRUNCATE would let the unmigrated rows come back,
+ * ALTER TABLE changes the columns the stored mappings rely on, DROP would
+ * lose the data.  They are refused, on the new tables and on the retired
+ * ones, until the migration is done.  CREATE INDEX and RENAME are allowed.
+ *-------------------------------------------------------------------------
+ */
+#include "leapfrog.h"
+
+#include "access/xact.h"
+#include "catalog/namespace.h"
+#include "commands/extension.h"
+#include "tcop/utility.h"
+#include "utils/lsyscache.h"
+
+static ProcessUtility_hook_type prev_ProcessUtility = NULL;
+
+static void
+check_relation(RangeVar *rv, const char *what)
+{
+	Oid			relid;
+	LfMigration *mig;
+
+	if (rv == NULL)
+		return;
+	relid = RangeVarGetRelid(rv, NoLock, true);
+	if (!OidIsValid(relid))
+		return;
+	mig = lf_migration_by_target(relid);
+	if (mig == NULL)
+		mig = lf_migration_by_input(relid);
+	if (mig)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_IN_USE),
+				 errmsg("cannot %s table \"%s\" while leapfrog migration \"%s\" is running",
+						what, rv->relname, mig->name),
+				 errdetail("Its rows are still being migrated."),
+				 errhint("Wait with SELECT leapfrog.wait('%s'), or finish now with SELECT leapfrog.complete('%s').",
+						 mig->name, mig->name)));
+}
+
+static void
+check_utility(Node *stmt)
+{
+	ListCell   *lc;
+
+	switch (nodeTag(stmt))
+	{
+		case T_AlterTableStmt:
+			check_relation(((AlterTableStmt *) stmt)->relation, "alter");
+			break;
+		case T_TruncateStmt:
+			foreach(lc, ((TruncateStmt *) stmt)->relations)
+				check_relation(lfirst(lc), "truncate");
+			break;
+		case T_CopyStmt:
+			check_relation(((CopyStmt *) stmt)->relation, "COPY");
+			break;
+		case T_ClusterStmt:
+			check_relation(((ClusterStmt *) stmt)->relation, "cluster");
+			break;
+		case T_VacuumStmt:
+			foreach(lc, ((VacuumStmt *) stmt)->rels)
+			{
+				ListCell   *o;
+
+				foreach(o, ((VacuumStmt *) stmt)->options)
+					if (strcmp(((DefElem *) lfirst(o))->defname, "full") == 0)
+						check_relation(((VacuumRelation *) lfirst(lc))->relation, "VACUUM FULL");
+			}
+			break;
+		case T_DropStmt:
+			{
+				DropStmt   *d = (DropStmt *) stmt;
+
+				if (d->removeType == OBJECT_TABLE)
+					foreach(lc, d->objects)
+						check_relation(makeRangeVarFromNameList(lfirst(lc)), "drop");
+				if (d->removeType == OBJECT_EXTENSION && lf_active != NIL)
+					foreach(lc, d->objects)
+						if (strcmp(strVal(lfirst(lc)), "leapfrog") == 0)
+							ereport(ERROR,
+									(errcode(ERRCODE_OBJECT_IN_USE),
+									 errmsg("cannot drop extension leapfrog while migrations are running"),
+									 errhint("Finish them with leapfrog.complete() first.")));
+				break;
+			}
+		default:
+			break;
+	}
+}
+
+static void
+lf_ProcessUtility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTree,
+				  ProcessUtilityContext context, ParamListInfo params,
+				  QueryEnvironment *queryEnv, DestReceiver *dest, QueryCompletion *qc)
+{
+	if (IsTransactionState() && lf_any_active())
+		check_utility(pstmt->utilityStmt);
+	if (prev_ProcessUtility)
+		prev_ProcessUtility(pstmt, queryString, readOnlyTree, context, params,
+							queryEnv, dest, qc);
+	else
+		standard_ProcessUtility(pstmt, queryString, readOnlyTree, context, params,
+								queryEnv, dest, qc);
+}
+
+void
+lf_install_utility_hook(void)
+{
+	prev_ProcessUtility = ProcessUtility_hook;
+	ProcessUtility_hook = lf_ProcessUtility;
+}

@@ -1,0 +1,714 @@
+/*-------------------------------------------------------------------------
+ * worker.c
+ *	  Background migration: a launcher, one worker per database, completion.
+ *
+ * The launcher is a static background worker (restarted after a crash).
+ * At startup it asks for a worker in every database that accepts
+ * connections, since it cannot know which ones have migrations running;
+ * after that, start() asks for one in its own database at commit.  A
+ * database worker migrates unmigrated rows in physical order, in small
+ * transactions (leapfrog.batch_size rows, leapfrog.background_naptime
+ * between batches, leapfrog.background_delay after start()), skipping rows
+ * that sessions are migrating (SKIP LOCKED); when an input is empty it
+ * completes the migration.  It exits when its database has no running
+ * migration left.
+ *
+ * Shared state (LfShared) is protected by its LWLock: slots[] says, per
+ * database, whether a worker is wanted and which pid runs it.  A worker
+ * clears `wanted` when it starts a round and exits only if nobody set it
+ * again meanwhile, so a start() committed while the worker was finding
+ * nothing to do is never missed.
+ *-------------------------------------------------------------------------
+ */
+#include "leapfrog.h"
+
+#include "access/heapam.h"
+#include "access/htup_details.h"
+#include "access/relscan.h"
+#include "access/table.h"
+#include "access/tableam.h"
+#include "access/xact.h"
+#include "catalog/dependency.h"
+#include "catalog/pg_database.h"
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
+#include "storage/bufmgr.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "storage/lmgr.h"
+#include "storage/lwlock.h"
+#include "storage/proc.h"
+#include "storage/shmem.h"
+#include "tcop/tcopprot.h"
+#include "utils/builtins.h"
+#include "utils/inval.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+
+#define LF_MAX_DATABASES 64
+
+typedef struct LfSlot
+{
+	Oid			dboid;
+	bool		wanted;
+	pid_t		pid;			/* 0: none; -1: being launched */
+} LfSlot;
+
+typedef struct LfShared
+{
+	LWLock	   *lock;
+	Latch	   *launcher_latch;
+	LfSlot		slots[LF_MAX_DATABASES];
+} LfShared;
+
+static LfShared *lf_shared = NULL;
+static Oid	wake_db_at_commit = InvalidOid;
+static bool xact_callback_registered = false;
+
+PGDLLEXPORT void lf_launcher_main(Datum arg);
+PGDLLEXPORT void lf_worker_main(Datum arg);
+
+/* ---------------------------------------------------------------------
+ * Shared memory
+ * ---------------------------------------------------------------------
+ */
+void
+lf_shmem_request(void)
+{
+	RequestAddinShmemSpace(MAXALIGN(sizeof(LfShared)));
+	RequestNamedLWLockTranche("leapfrog", 1);
+}
+
+void
+lf_shmem_startup(void)
+{
+	bool		found;
+
+	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+	lf_shared = ShmemInitStruct("leapfrog", sizeof(LfShared), &found);
+	if (!found)
+	{
+		memset(lf_shared, 0, sizeof(LfShared));
+		lf_shared->lock = &(GetNamedLWLockTranche("leapfrog"))->lock;
+	}
+	LWLockRelease(AddinShmemInitLock);
+}
+
+/* Caller holds the lock exclusively. */
+static LfSlot *
+slot_for(Oid dboid, bool create)
+{
+	int			i;
+	LfSlot	   *free_slot = NULL;
+
+	for (i = 0; i < LF_MAX_DATABASES; i++)
+	{
+		LfSlot	   *s = &lf_shared->slots[i];
+
+		if (s->dboid == dboid)
+			return s;
+		if (free_slot == NULL && s->dboid == InvalidOid)
+			free_slot = s;
+	}
+	if (create && free_slot)
+	{
+		free_slot->dboid = dboid;
+		free_slot->wanted = false;
+		free_slot->pid = 0;
+	}
+	return create ? free_slot : NULL;
+}
+
+static void
+want_worker(Oid dboid)
+{
+	LfSlot	   *s;
+
+	LWLockAcquire(lf_shared->lock, LW_EXCLUSIVE);
+	s = slot_for(dboid, true);
+	if (s)
+		s->wanted = true;
+	LWLockRelease(lf_shared->lock);
+	if (s == NULL)
+		ereport(WARNING,
+				(errmsg("leapfrog: no background worker slot left for database %u", dboid)));
+	if (lf_shared->launcher_latch)
+		SetLatch(lf_shared->launcher_latch);
+}
+
+static void
+lf_xact_callback(XactEvent event, void *arg)
+{
+	if (event == XACT_EVENT_COMMIT && OidIsValid(wake_db_at_commit))
+		want_worker(wake_db_at_commit);
+	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT)
+		wake_db_at_commit = InvalidOid;
+}
+
+void
+lf_wake_worker_at_commit(void)
+{
+	if (!xact_callback_registered)
+	{
+		RegisterXactCallback(lf_xact_callback, NULL);
+		xact_callback_registered = true;
+	}
+	wake_db_at_commit = MyDatabaseId;
+}
+
+/* ---------------------------------------------------------------------
+ * Launcher
+ * ---------------------------------------------------------------------
+ */
+void
+lf_register_launcher(void)
+{
+	BackgroundWorker w = {0};
+
+	w.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+	w.bgw_start_time = BgWorkerStart_RecoveryFinished;
+	w.bgw_restart_time = 5;
+	snprintf(w.bgw_library_name, BGW_MAXLEN, "leapfrog");
+	snprintf(w.bgw_function_name, BGW_MAXLEN, "lf_launcher_main");
+	snprintf(w.bgw_name, BGW_MAXLEN, "leapfrog launcher");
+	snprintf(w.bgw_type, BGW_MAXLEN, "leapfrog launcher");
+	RegisterBackgroundWorker(&w);
+}
+
+static void
+want_all_databases(void)
+{
+	Relation	rel;
+	TableScanDesc scan;
+	HeapTuple	tup;
+	List	   *dbs = NIL;
+	ListCell   *lc;
+
+	StartTransactionCommand();
+	rel = table_open(DatabaseRelationId, AccessShareLock);
+	scan = table_beginscan_catalog(rel, 0, NULL);
+	while (HeapTupleIsValid(tup = heap_getnext(scan, ForwardScanDirection)))
+	{
+		Form_pg_database db = (Form_pg_database) GETSTRUCT(tup);
+
+		if (db->datallowconn && !db->datistemplate)
+			dbs = lappend_oid(dbs, db->oid);
+	}
+	table_endscan(scan);
+	table_close(rel, AccessShareLock);
+	CommitTransactionCommand();
+	foreach(lc, dbs)
+		want_worker(lfirst_oid(lc));
+}
+
+static bool
+launch_worker(Oid dboid)
+{
+	BackgroundWorker w = {0};
+	BackgroundWorkerHandle *handle;
+
+	w.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+	w.bgw_start_time = BgWorkerStart_RecoveryFinished;
+	w.bgw_restart_time = BGW_NEVER_RESTART;
+	snprintf(w.bgw_library_name, BGW_MAXLEN, "leapfrog");
+	snprintf(w.bgw_function_name, BGW_MAXLEN, "lf_worker_main");
+	snprintf(w.bgw_name, BGW_MAXLEN, "leapfrog worker for database %u", dboid);
+	snprintf(w.bgw_type, BGW_MAXLEN, "leapfrog worker");
+	w.bgw_main_arg = ObjectIdGetDatum(dboid);
+	w.bgw_notify_pid = MyProcPid;
+	return RegisterDynamicBackgroundWorker(&w, &handle);
+}
+
+void
+lf_launcher_main(Datum arg)
+{
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	pqsignal(SIGTERM, die);
+	BackgroundWorkerUnblockSignals();
+	BackgroundWorkerInitializeConnection(NULL, NULL, 0);
+
+	lf_shared->launcher_latch = MyLatch;
+	want_all_databases();
+
+	for (;;)
+	{
+		int			i;
+		long		timeout = 10000;
+
+		CHECK_FOR_INTERRUPTS();
+		if (ConfigReloadPending)
+		{
+			ConfigReloadPending = false;
+			ProcessConfigFile(PGC_SIGHUP);
+		}
+		LWLockAcquire(lf_shared->lock, LW_EXCLUSIVE);
+		for (i = 0; i < LF_MAX_DATABASES; i++)
+		{
+			LfSlot	   *s = &lf_shared->slots[i];
+
+			if (s->dboid == InvalidOid || s->pid != 0)
+				continue;
+			if (!s->wanted)
+			{
+				s->dboid = InvalidOid;	/* free the slot */
+				continue;
+			}
+			if (launch_worker(s->dboid))
+				s->pid = -1;
+			else
+				timeout = 1000; /* no bgworker slot free: retry soon */
+		}
+		LWLockRelease(lf_shared->lock);
+
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 timeout, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+	}
+}
+
+/* ---------------------------------------------------------------------
+ * Database worker
+ * ---------------------------------------------------------------------
+ */
+typedef struct InputCursor
+{
+	Oid			input;
+	BlockNumber next;			/* next block to visit */
+	BlockNumber step;			/* blocks per batch, adapted */
+} InputCursor;
+
+static List *cursors = NIL;		/* in TopMemoryContext */
+
+static InputCursor *
+cursor_for(Oid input)
+{
+	ListCell   *lc;
+	InputCursor *c;
+	MemoryContext old;
+
+	foreach(lc, cursors)
+		if (((InputCursor *) lfirst(lc))->input == input)
+			return lfirst(lc);
+	old = MemoryContextSwitchTo(TopMemoryContext);
+	c = palloc0(sizeof(InputCursor));
+	c->input = input;
+	c->step = 1;
+	cursors = lappend(cursors, c);
+	MemoryContextSwitchTo(old);
+	return c;
+}
+
+static void
+worker_exit(int code, Datum arg)
+{
+	LfSlot	   *s;
+
+	LWLockAcquire(lf_shared->lock, LW_EXCLUSIVE);
+	s = slot_for(MyDatabaseId, false);
+	if (s && s->pid == MyProcPid)
+		s->pid = 0;
+	LWLockRelease(lf_shared->lock);
+	if (lf_shared->launcher_latch)
+		SetLatch(lf_shared->launcher_latch);
+}
+
+uint64
+lf_remaining(LfMigration *mig)
+{
+	uint64		total = 0;
+	ListCell   *lc;
+
+	foreach(lc, mig->inputs)
+	{
+		char	   *sql;
+		bool		isnull;
+
+		sql = psprintf("SELECT pg_catalog.count(*) FROM %s",
+					   quote_qualified_identifier(get_namespace_name(get_rel_namespace(lfirst_oid(lc))),
+												  get_rel_name(lfirst_oid(lc))));
+		if (SPI_execute(sql, true, 0) != SPI_OK_SELECT)
+			elog(ERROR, "leapfrog: could not count remaining rows");
+		total += DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	}
+	return total;
+}
+
+/* Completion: drop the retired inputs and mark the migration done. */
+typedef struct CompleteArg
+{
+	LfMigration *mig;
+	bool		done;
+} CompleteArg;
+
+static void
+complete_attempt(void *arg)
+{
+	CompleteArg *ca = arg;
+	LfMigration *mig = ca->mig;
+	ListCell   *lc;
+	Oid			types[1] = {INT4OID};
+	Datum		values[1] = {Int32GetDatum(mig->id)};
+
+	ca->done = false;
+	lf_lock_inputs(mig, AccessExclusiveLock);
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	if (lf_remaining(mig) > 0)
+	{
+		SPI_finish();
+		return;
+	}
+	foreach(lc, mig->inputs)
+	{
+		ObjectAddress addr;
+
+		ObjectAddressSet(addr, RelationRelationId, lfirst_oid(lc));
+		performDeletion(&addr, DROP_RESTRICT, PERFORM_DELETION_INTERNAL);
+	}
+	lf_spi_exec_as_catalog_owner("UPDATE leapfrog.migration SET state = 'done', error = NULL, "
+								 "finished_at = pg_catalog.clock_timestamp(), "
+								 "tuples_total = (SELECT pg_catalog.coalesce(pg_catalog.sum(n), 0) "
+								 "FROM leapfrog.progress WHERE migration_id = $1) WHERE id = $1",
+								 1, types, values, SPI_OK_UPDATE);
+	SPI_finish();
+	/* plans of the new tables lose their LeapfrogMigrate node */
+	foreach(lc, mig->mappings)
+		CacheInvalidateRelcacheByRelid(((LfMapping *) lfirst(lc))->target);
+	lf_invalidate_all();
+	ca->done = true;
+}
+
+bool
+lf_try_complete(LfMigration *mig, bool wait_for_locks)
+{
+	CompleteArg ca = {mig, false};
+	char	   *name = pstrdup(mig->name);
+
+	lf_with_lock_retries(complete_attempt, &ca, "the migration completion");
+	if (ca.done)
+		ereport(LOG, (errmsg("leapfrog: migration \"%s\" done", name)));
+	return ca.done;
+}
+
+void
+lf_mark_failed(int migration_id, const char *error)
+{
+	Oid			types[2] = {INT4OID, TEXTOID};
+	Datum		values[2] = {Int32GetDatum(migration_id), CStringGetTextDatum(error)};
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	lf_spi_exec_as_catalog_owner("UPDATE leapfrog.migration SET state = 'failed', error = $2 "
+								 "WHERE id = $1 AND state = 'running'",
+								 2, types, values, SPI_OK_UPDATE);
+	SPI_finish();
+	lf_invalidate_all();
+}
+
+/* Collect up to a batch of unlocked rows from the next blocks of input. */
+static int
+next_batch(InputCursor *c, ItemPointerData **tids_out, bool *pass_done)
+{
+	Relation	rel = table_open(c->input, AccessShareLock);
+	BlockNumber nblocks = RelationGetNumberOfBlocks(rel);
+	char	   *sql;
+	Oid			types[2] = {TIDOID, TIDOID};
+	Datum		values[2];
+	ItemPointerData lo,
+				hi;
+	int			n,
+				i;
+
+	table_close(rel, AccessShareLock);
+	*pass_done = false;
+	if (c->next >= nblocks)
+	{
+		*pass_done = true;
+		return 0;
+	}
+	ItemPointerSet(&lo, c->next, 0);
+	ItemPointerSet(&hi, Min(c->next + c->step, nblocks), 0);
+	values[0] = ItemPointerGetDatum(&lo);
+	values[1] = ItemPointerGetDatum(&hi);
+	sql = psprintf("SELECT ctid FROM %s WHERE ctid OPERATOR(pg_catalog.>=) $1 "
+				   "AND ctid OPERATOR(pg_catalog.<) $2 FOR UPDATE SKIP LOCKED",
+				   quote_qualified_identifier(get_namespace_name(get_rel_namespace(c->input)),
+											  get_rel_name(c->input)));
+	if (SPI_execute_with_args(sql, 2, types, values, NULL, false, 0) != SPI_OK_SELECT)
+		elog(ERROR, "leapfrog: could not read a batch");
+	n = (int) SPI_processed;
+	*tids_out = palloc(sizeof(ItemPointerData) * Max(n, 1));
+	for (i = 0; i < n; i++)
+	{
+		bool		isnull;
+
+		(*tids_out)[i] = *DatumGetItemPointer(SPI_getbinval(SPI_tuptable->vals[i],
+															SPI_tuptable->tupdesc, 1, &isnull));
+	}
+	c->next += c->step;
+	/* aim at lf_batch_size rows per batch */
+	if (n < lf_batch_size / 2 && c->step < 1024 * 1024)
+		c->step *= 2;
+	else if (n > lf_batch_size * 2 && c->step > 1)
+		c->step /= 2;
+	return n;
+}
+
+/*
+ * One background batch of migration mig, in its own transaction.  Returns
+ * true if the migration has more work or was completed now.
+ */
+static bool
+worker_batch(int migration_id)
+{
+	LfMigration *mig;
+	ListCell   *lc;
+	volatile bool more = false;
+	volatile bool failed_batch = false;
+	ItemPointerData *volatile tids = NULL;
+	volatile int n = 0;
+	volatile Oid input = InvalidOid;
+	char	   *errmsg_text = NULL;
+
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	pgstat_report_activity(STATE_RUNNING, "leapfrog: migrating a batch");
+	lf_cache_load();
+	mig = NULL;
+	foreach(lc, lf_active)
+		if (((LfMigration *) lfirst(lc))->id == migration_id)
+			mig = lfirst(lc);
+	if (mig == NULL || mig->failed)
+	{
+		PopActiveSnapshot();
+		CommitTransactionCommand();
+		return false;
+	}
+
+	PG_TRY();
+	{
+		bool		all_passes_done = true;
+
+		if (SPI_connect() != SPI_OK_CONNECT)
+			elog(ERROR, "SPI_connect failed");
+		foreach(lc, mig->inputs)
+		{
+			InputCursor *c = cursor_for(lfirst_oid(lc));
+			bool		pass_done;
+
+			ItemPointerData *batch = NULL;
+
+			n = next_batch(c, &batch, &pass_done);
+			tids = batch;
+			if (!pass_done)
+				all_passes_done = false;
+			if (n > 0)
+			{
+				input = c->input;
+				break;
+			}
+		}
+		if (n > 0)
+		{
+			(void) lf_migrate_rows(mig, input, tids, n);
+			more = true;
+		}
+		else if (all_passes_done)
+		{
+			/* A pass over every input is over: done, or rows were locked. */
+			if (lf_remaining(mig) == 0)
+			{
+				SPI_finish();
+				(void) lf_try_complete(mig, true);
+				SPI_connect();
+			}
+			else
+			{
+				foreach(lc, mig->inputs)
+					cursor_for(lfirst_oid(lc))->next = 0;
+				more = true;
+			}
+		}
+		else
+			more = true;
+		SPI_finish();
+		PopActiveSnapshot();
+		CommitTransactionCommand();
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(TopMemoryContext);
+		edata = CopyErrorData();
+		FlushErrorState();
+		AbortCurrentTransaction();
+		errmsg_text = edata->message;
+		failed_batch = (edata->sqlerrcode != ERRCODE_T_R_SERIALIZATION_FAILURE &&
+						edata->sqlerrcode != ERRCODE_T_R_DEADLOCK_DETECTED &&
+						edata->sqlerrcode != ERRCODE_LOCK_NOT_AVAILABLE &&
+						edata->sqlerrcode != ERRCODE_QUERY_CANCELED);
+		ereport(LOG,
+				(errmsg("leapfrog: background batch failed: %s", edata->message)));
+		tids = n > 0 ? memcpy(palloc(sizeof(ItemPointerData) * n), tids,
+							  sizeof(ItemPointerData) * n) : NULL;
+	}
+	PG_END_TRY();
+
+	if (failed_batch && n > 0)
+	{
+		/* Find the row that cannot be migrated, and fail the migration on it. */
+		volatile int i;
+
+		for (i = 0; i < n; i++)
+		{
+			volatile bool bad = false;
+			char	   *volatile msg = NULL;
+
+			StartTransactionCommand();
+			PushActiveSnapshot(GetTransactionSnapshot());
+			lf_cache_load();
+			mig = NULL;
+			foreach(lc, lf_active)
+				if (((LfMigration *) lfirst(lc))->id == migration_id)
+					mig = lfirst(lc);
+			PG_TRY();
+			{
+				if (mig)
+					(void) lf_migrate_rows(mig, input, &tids[i], 1);
+				PopActiveSnapshot();
+				CommitTransactionCommand();
+			}
+			PG_CATCH();
+			{
+				ErrorData  *e;
+
+				MemoryContextSwitchTo(TopMemoryContext);
+				e = CopyErrorData();
+				FlushErrorState();
+				AbortCurrentTransaction();
+				bad = true;
+				msg = psprintf("input row (%u,%u) of %s: %s",
+							   ItemPointerGetBlockNumberNoCheck(&tids[i]),
+							   ItemPointerGetOffsetNumberNoCheck(&tids[i]),
+							   get_rel_name(input) ? get_rel_name(input) : "?", e->message);
+			}
+			PG_END_TRY();
+			if (bad)
+			{
+				StartTransactionCommand();
+				lf_mark_failed(migration_id, msg);
+				CommitTransactionCommand();
+				ereport(LOG, (errmsg("leapfrog: migration failed: %s", msg)));
+				return false;
+			}
+		}
+		(void) errmsg_text;
+	}
+	return more || !failed_batch;
+}
+
+/* Migrations of this database that want the worker, and how long to sleep. */
+static List *
+runnable_migrations(long *sleep_ms, bool *any_running)
+{
+	List	   *ids = NIL;
+	ListCell   *lc;
+	TimestampTz now = GetCurrentTimestamp();
+
+	*any_running = false;
+	*sleep_ms = 1000;
+	StartTransactionCommand();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	lf_cache_load();
+	foreach(lc, lf_active)
+	{
+		LfMigration *m = lfirst(lc);
+		TimestampTz due = TimestampTzPlusMilliseconds(m->started_at, lf_background_delay);
+
+		if (m->failed)
+			continue;
+		*any_running = true;
+		if (!lf_background)
+			continue;
+		if (due > now)
+			*sleep_ms = Min(*sleep_ms, (long) ((due - now) / 1000) + 1);
+		else
+			ids = lappend_int(ids, m->id);
+	}
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+	return ids;
+}
+
+void
+lf_worker_main(Datum arg)
+{
+	Oid			dboid = DatumGetObjectId(arg);
+	LfSlot	   *s;
+
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	pqsignal(SIGTERM, die);
+	BackgroundWorkerUnblockSignals();
+	BackgroundWorkerInitializeConnectionByOid(dboid, InvalidOid, 0);
+
+	LWLockAcquire(lf_shared->lock, LW_EXCLUSIVE);
+	s = slot_for(dboid, true);
+	if (s)
+		s->pid = MyProcPid;
+	LWLockRelease(lf_shared->lock);
+	before_shmem_exit(worker_exit, (Datum) 0);
+	pgstat_report_appname("leapfrog worker");
+
+	for (;;)
+	{
+		long		sleep_ms;
+		bool		any_running;
+		List	   *ids;
+		ListCell   *lc;
+		bool		worked = false;
+
+		CHECK_FOR_INTERRUPTS();
+		if (ConfigReloadPending)
+		{
+			ConfigReloadPending = false;
+			ProcessConfigFile(PGC_SIGHUP);
+		}
+		LWLockAcquire(lf_shared->lock, LW_EXCLUSIVE);
+		if (s)
+			s->wanted = false;
+		LWLockRelease(lf_shared->lock);
+
+		ids = runnable_migrations(&sleep_ms, &any_running);
+		if (!any_running)
+		{
+			bool		wanted;
+
+			LWLockAcquire(lf_shared->lock, LW_EXCLUSIVE);
+			wanted = s && s->wanted;
+			LWLockRelease(lf_shared->lock);
+			if (!wanted)
+				proc_exit(0);
+			continue;
+		}
+		foreach(lc, ids)
+			worked |= worker_batch(lfirst_int(lc));
+		pgstat_report_activity(STATE_IDLE, NULL);
+		if (worked)
+			sleep_ms = lf_background_naptime;
+		if (sleep_ms > 0)
+		{
+			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+							 sleep_ms, PG_WAIT_EXTENSION);
+			ResetLatch(MyLatch);
+		}
+	}
+}
