@@ -86,7 +86,7 @@ SELECT m.name,
        p.migrated AS tuples_migrated,
        m.error
   FROM leapfrog.migration m
-  CROSS JOIN LATERAL (SELECT pg_catalog.coalesce(pg_catalog.sum(g.n), 0)::bigint AS migrated
+  CROSS JOIN LATERAL (SELECT COALESCE(pg_catalog.sum(g.n), 0)::bigint AS migrated
                         FROM leapfrog.progress g
                        WHERE g.migration_id = m.id) p;
 

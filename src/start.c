@@ -448,6 +448,7 @@ retire(StartState *st, RawStmt *rs, Oid relid)
 	rel = table_open(relid, AccessExclusiveLock);
 	if (rel->rd_rules)
 		refuse(errmsg("table \"%s\" has rules", relname));
+	table_close(rel, NoLock);
 
 	/*
 	 * What eager DROP would remove and that would otherwise keep acting on
@@ -485,6 +486,7 @@ retire(StartState *st, RawStmt *rs, Oid relid)
 	CommandCounterIncrement();
 
 	/* Unique names inside leapfrog_retired, derived from OIDs. */
+	rel = table_open(relid, AccessExclusiveLock);
 	indexes = RelationGetIndexList(rel);
 	foreach(lc, indexes)
 	{

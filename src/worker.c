@@ -374,7 +374,7 @@ complete_attempt(void *arg)
 	}
 	lf_spi_exec_as_catalog_owner("UPDATE leapfrog.migration SET state = 'done', error = NULL, "
 								 "finished_at = pg_catalog.clock_timestamp(), "
-								 "tuples_total = (SELECT pg_catalog.coalesce(pg_catalog.sum(n), 0) "
+								 "tuples_total = (SELECT COALESCE(pg_catalog.sum(n), 0) "
 								 "FROM leapfrog.progress WHERE migration_id = $1) WHERE id = $1",
 								 1, types, values, SPI_OK_UPDATE);
 	SPI_finish();
