@@ -35,6 +35,16 @@ fi
 
 # Scratch directory, and the user the suites run as.
 WORK=$(mktemp -d /tmp/leapfrog-test.XXXXXX)
+# Never leave a temporary server behind (interrupted run, crashed suite).
+stop_servers() {
+    local pidfile
+    for pidfile in "$WORK"/*_instance/data/postmaster.pid "$WORK"/tap/tmp_check/*/pgdata/postmaster.pid; do
+        [ -f "$pidfile" ] && kill -QUIT "$(head -n 1 "$pidfile")" 2>/dev/null
+    done
+    return 0
+}
+trap stop_servers EXIT
+trap 'exit 130' INT TERM
 mkdir -p "$WORK/repo" "$WORK/tmp"
 tar -C "$ROOT" --exclude=./.git --exclude=./.venv --exclude='*.o' --exclude='*.so' \
     --exclude='*.bc' -cf - . | tar -C "$WORK/repo" -xf -
@@ -62,9 +72,12 @@ export TMPDIR="$WORK/tmp"
 export LEAPFROG_ROOT="$WORK/repo"      # the tree the tests see (a copy)
 export LEAPFROG_TEST_TMP="$WORK/tmp"   # writable scratch space for tests
 export PG_CONFIG
+# isolationtester cancels a step stuck longer than this (default 300 s).
+export PGISOLATIONTIMEOUT=${PGISOLATIONTIMEOUT:-120}
 
 as_runner() { "${RUN[@]}" env PATH="$PATH" TMPDIR="$TMPDIR" LEAPFROG_ROOT="$LEAPFROG_ROOT" \
-    LEAPFROG_TEST_TMP="$LEAPFROG_TEST_TMP" PG_CONFIG="$PG_CONFIG" "$@"; }
+    LEAPFROG_TEST_TMP="$LEAPFROG_TEST_TMP" PG_CONFIG="$PG_CONFIG" \
+    PGISOLATIONTIMEOUT="$PGISOLATIONTIMEOUT" "$@"; }
 
 TOTAL_PASS=0
 TOTAL_FAIL=0
@@ -86,10 +99,12 @@ count_regress() {   # $1 = suite name, $2 = log, $3 = exit code, $4 = outputdir,
             echo "---- $1: regression.diffs"
             head -n 3000 "$4/regression.diffs"
         fi
-        if [ -f "$5/log/postmaster.log" ]; then
-            echo "---- $1: last lines of the server log"
-            tail -n 60 "$5/log/postmaster.log"
-        fi
+        for log in "$4/log/postmaster.log" "$5/log/postmaster.log"; do
+            if [ -f "$log" ]; then
+                echo "---- $1: last lines of the server log"
+                tail -n 60 "$log"
+            fi
+        done
     fi
 }
 
@@ -124,7 +139,7 @@ tap)
     [ "$(id -u)" -ne 0 ] || chown postgres: "$WORK/tap"
     (cd "$R/.." && as_runner env TESTDIR="$WORK/tap" PG_REGRESS="$PG_REGRESS" \
         PERL5LIB="$PGXS_DIR/src/test/perl${PERL5LIB:+:$PERL5LIB}" \
-        prove -v test/t/) 2>&1 | tee "$WORK/tap.log"
+        prove -v test/t/*.pl) 2>&1 | tee "$WORK/tap.log"
     rc=${PIPESTATUS[0]}
     ok=$(grep -cE '^ok [0-9]+' "$WORK/tap.log")
     failed=$(grep -cE '^not ok [0-9]+' "$WORK/tap.log")

@@ -1,0 +1,194 @@
+--
+-- errors: every error of the contract, with its SQLSTATE, and nothing
+-- changed after it.  start() is all or nothing.
+--
+CREATE SCHEMA er;
+SET search_path = er;
+CREATE TABLE src (id int PRIMARY KEY, v text NOT NULL);
+INSERT INTO src SELECT g, 'v' || g FROM generate_series(1, 10) g;
+CREATE TABLE other (id int PRIMARY KEY, w text);
+INSERT INTO other SELECT g, 'w' || g FROM generate_series(1, 10) g;
+SELECT 'er.src'::regclass::oid AS src_oid, 'er.other'::regclass::oid AS other_oid \gset
+-- What must not change when start() fails.
+CREATE FUNCTION er.unchanged(src_oid oid, other_oid oid,
+    OUT tables_in_place bool, OUT src_rows bigint, OUT other_rows bigint,
+    OUT er_tables bigint, OUT retired_tables bigint, OUT migrations bigint)
+LANGUAGE sql AS $$
+    SELECT to_regclass('er.src') = src_oid AND to_regclass('er.other') = other_oid,
+           (SELECT count(*) FROM er.src), (SELECT count(*) FROM er.other),
+           (SELECT count(*) FROM pg_class
+             WHERE relnamespace = 'er'::regnamespace AND relkind IN ('r', 'v')),
+           (SELECT count(*) FROM pg_class
+             WHERE relnamespace = 'leapfrog_retired'::regnamespace AND relkind = 'r'),
+           (SELECT count(*) FROM leapfrog.migrations WHERE name LIKE 'er\_%')
+$$;
+SELECT * FROM unchanged(:src_oid, :other_oid);
+\set VERBOSITY sqlstate
+-- 22023: empty script
+SELECT leapfrog.start('er_0', '');
+SELECT * FROM unchanged(:src_oid, :other_oid);
+-- 22023: blank script
+SELECT leapfrog.start('er_1', E' \n\t ');
+SELECT * FROM unchanged(:src_oid, :other_oid);
+-- 42601: syntax error
+SELECT leapfrog.start('er_2', $$CREATE TABLE dst (id int PRIMARY KEY, v text NOT NULL;
+INSERT INTO dst SELECT id, v FROM src;
+DROP TABLE src;$$);
+SELECT * FROM unchanged(:src_oid, :other_oid);
+-- 42601: syntax error in a later statement
+SELECT leapfrog.start('er_3', $$CREATE TABLE dst (id int PRIMARY KEY, v text NOT NULL);
+INSERT INTO dst SELEC id, v FROM src;
+DROP TABLE src;$$);
+SELECT * FROM unchanged(:src_oid, :other_oid);
+-- 0A000: join
+SELECT leapfrog.start('er_4', $$CREATE TABLE dst (id int PRIMARY KEY, v text, w text);
+INSERT INTO dst SELECT s.id, s.v, o.w FROM src s JOIN other o ON o.id = s.id;
+DROP TABLE src;
+DROP TABLE other;$$);
+SELECT * FROM unchanged(:src_oid, :other_oid);
+-- 0A000: join written with a comma
+SELECT leapfrog.start('er_5', $$CREATE TABLE dst (id int PRIMARY KEY, v text, w text);
+INSERT INTO dst SELECT s.id, s.v, o.w FROM src s, other o WHERE o.id = s.id;
+DROP TABLE src;
+DROP TABLE other;$$);
+SELECT * FROM unchanged(:src_oid, :other_oid);
+-- 0A000: sub-query reading another table
+SELECT leapfrog.start('er_6', $$CREATE TABLE dst (id int PRIMARY KEY, v text NOT NULL);
+INSERT INTO dst SELECT id, v FROM src WHERE id IN (SELECT id FROM other);
+DROP TABLE src;$$);
+SELECT * FROM unchanged(:src_oid, :other_oid);
+-- 0A000: scalar sub-query reading another table
+SELECT leapfrog.start('er_7', $$CREATE TABLE dst (id int PRIMARY KEY, v text, w text);
+INSERT INTO dst SELECT s.id, s.v, (SELECT o.w FROM other o WHERE o.id = s.id) FROM src s;
+DROP TABLE src;$$);
+SELECT * FROM unchanged(:src_oid, :other_oid);
+-- 0A000: GROUP BY
+SELECT leapfrog.start('er_8', $$CREATE TABLE dst (v text PRIMARY KEY, n bigint);
+INSERT INTO dst SELECT v, count(*) FROM src GROUP BY v;
+DROP TABLE src;$$);
+SELECT * FROM unchanged(:src_oid, :other_oid);
+-- 0A000: aggregate
+SELECT leapfrog.start('er_9', $$CREATE TABLE dst (n bigint);
+INSERT INTO dst SELECT count(*) FROM src;
+DROP TABLE src;$$);
+SELECT * FROM unchanged(:src_oid, :other_oid);
+-- 0A000: DISTINCT
+SELECT leapfrog.start('er_10', $$CREATE TABLE dst (v text);
+INSERT INTO dst SELECT DISTINCT v FROM src;
+DROP TABLE src;$$);
+SELECT * FROM unchanged(:src_oid, :other_oid);
+-- 0A000: window function
+SELECT leapfrog.start('er_11', $$CREATE TABLE dst (id int, r bigint);
+INSERT INTO dst SELECT id, row_number() OVER (ORDER BY id) FROM src;
+DROP TABLE src;$$);
+SELECT * FROM unchanged(:src_oid, :other_oid);
+-- 0A000: set-returning function
+SELECT leapfrog.start('er_12', $$CREATE TABLE dst (id int, k int);
+INSERT INTO dst SELECT id, generate_series(1, 2) FROM src;
+DROP TABLE src;$$);
+SELECT * FROM unchanged(:src_oid, :other_oid);
+-- 0A000: UPDATE
+SELECT leapfrog.start('er_13', $$CREATE TABLE dst (id int PRIMARY KEY, v text NOT NULL);
+INSERT INTO dst SELECT id, v FROM src;
+UPDATE dst SET v = 'x';
+DROP TABLE src;$$);
+SELECT * FROM unchanged(:src_oid, :other_oid);
+-- 0A000: DELETE
+SELECT leapfrog.start('er_14', $$DELETE FROM src WHERE id = 1;
+CREATE TABLE dst (id int PRIMARY KEY, v text NOT NULL);
+INSERT INTO dst SELECT id, v FROM src;
+DROP TABLE src;$$);
+SELECT * FROM unchanged(:src_oid, :other_oid);
+-- 0A000: volatile expression
+SELECT leapfrog.start('er_15', $$CREATE TABLE dst (id int PRIMARY KEY, v text NOT NULL);
+INSERT INTO dst SELECT id, v || random()::text FROM src;
+DROP TABLE src;$$);
+SELECT * FROM unchanged(:src_oid, :other_oid);
+-- 0A000: volatile filter
+SELECT leapfrog.start('er_16', $$CREATE TABLE dst (id int PRIMARY KEY, v text NOT NULL);
+INSERT INTO dst SELECT id, v FROM src WHERE random() < 0.5;
+DROP TABLE src;$$);
+SELECT * FROM unchanged(:src_oid, :other_oid);
+-- 0A000: input not dropped
+SELECT leapfrog.start('er_17', $$CREATE TABLE dst (id int PRIMARY KEY, v text NOT NULL);
+INSERT INTO dst SELECT id, v FROM src;$$);
+SELECT * FROM unchanged(:src_oid, :other_oid);
+-- 0A000: INSERT ... VALUES
+SELECT leapfrog.start('er_18', $$CREATE TABLE dst (id int PRIMARY KEY, v text NOT NULL);
+INSERT INTO dst SELECT id, v FROM src;
+INSERT INTO dst VALUES (100, 'x');
+DROP TABLE src;$$);
+SELECT * FROM unchanged(:src_oid, :other_oid);
+-- 0A000: INSERT into a table the script did not create
+SELECT leapfrog.start('er_19', $$INSERT INTO other SELECT id, v FROM src;
+DROP TABLE src;$$);
+SELECT * FROM unchanged(:src_oid, :other_oid);
+-- 0A000: a statement of another kind
+SELECT leapfrog.start('er_20', $$CREATE TABLE dst (id int PRIMARY KEY, v text NOT NULL);
+INSERT INTO dst SELECT id, v FROM src;
+CREATE VIEW dst_view AS SELECT * FROM dst;
+DROP TABLE src;$$);
+SELECT * FROM unchanged(:src_oid, :other_oid);
+-- 42P01: missing input table (as the eager script)
+SELECT leapfrog.start('er_21', $$CREATE TABLE dst (id int PRIMARY KEY, v text NOT NULL);
+INSERT INTO dst SELECT id, v FROM no_such_table;
+DROP TABLE no_such_table;$$);
+SELECT * FROM unchanged(:src_oid, :other_oid);
+-- 42P07: existing table name (as the eager script)
+SELECT leapfrog.start('er_22', $$CREATE TABLE other (id int);
+INSERT INTO other SELECT id FROM src;
+DROP TABLE src;$$);
+SELECT * FROM unchanged(:src_oid, :other_oid);
+-- 42710: a migration of that name exists (running, then done).
+SELECT leapfrog.start('er_dup', $$
+  CREATE TABLE src2 (id int PRIMARY KEY, v text NOT NULL);
+  INSERT INTO src2 SELECT id, v FROM src;
+  DROP TABLE src;
+  ALTER TABLE src2 RENAME TO src;
+$$);
+SELECT leapfrog.start('er_dup', $$
+  CREATE TABLE other2 (id int PRIMARY KEY, w text);
+  INSERT INTO other2 SELECT id, w FROM other;
+  DROP TABLE other;
+$$);
+SELECT to_regclass('er.other') = :other_oid AS other_in_place, to_regclass('er.other2') AS other2;
+SELECT leapfrog.remaining('er_dup');
+-- 55006: DDL, TRUNCATE or COPY on the new table ...
+ALTER TABLE src ADD COLUMN x int;
+ALTER TABLE src RENAME TO src3;
+ALTER TABLE src ALTER COLUMN v TYPE varchar(10);
+CREATE INDEX ON src (v);
+TRUNCATE src;
+DROP TABLE src;
+COPY src FROM '/dev/null';
+COPY src TO stdout;
+-- ... and on the retired table.
+SELECT public.regress_on_rel('ALTER TABLE %s ADD COLUMN x int', :src_oid);
+SELECT public.regress_on_rel('ALTER TABLE %s RENAME TO src4', :src_oid);
+SELECT public.regress_on_rel('TRUNCATE %s', :src_oid);
+SELECT public.regress_on_rel('DROP TABLE %s', :src_oid);
+SELECT public.regress_on_rel('COPY %s FROM ''/dev/null''', :src_oid);
+\set VERBOSITY default
+-- Nothing changed: both tables, their definitions, no row migrated or lost.
+SELECT relnamespace::regnamespace AS retired_schema FROM pg_class WHERE oid = :src_oid;
+SELECT * FROM public.regress_shape('er.src');
+SELECT leapfrog.remaining('er_dup'), public.regress_rows(:src_oid) AS retired_rows;
+-- DDL on other tables is not affected.
+ALTER TABLE other ADD COLUMN z int;
+ALTER TABLE other DROP COLUMN z;
+SELECT leapfrog.complete('er_dup');
+\set VERBOSITY sqlstate
+SELECT leapfrog.start('er_dup', $$
+  CREATE TABLE other2 (id int PRIMARY KEY, w text);
+  INSERT INTO other2 SELECT id, w FROM other;
+  DROP TABLE other;
+$$);
+\set VERBOSITY default
+SELECT to_regclass('er.other') = :other_oid AS other_in_place, to_regclass('er.other2') AS other2;
+-- Once done, the new table takes DDL again.
+ALTER TABLE src ADD COLUMN x int;
+SELECT count(*), count(x) FROM src;
+SELECT name, state FROM leapfrog.migrations WHERE name LIKE 'er\_%' ORDER BY name;
+
+RESET search_path;
+DROP SCHEMA er CASCADE;

@@ -1,0 +1,60 @@
+--
+-- migrations_view: leapfrog.migrations (states and counts), wait(),
+-- remaining(), and complete() inside a transaction that rolls back.
+--
+CREATE SCHEMA mv;
+CREATE TABLE mv.a (id int PRIMARY KEY, v text NOT NULL);
+INSERT INTO mv.a SELECT g, 'a' || g FROM generate_series(1, 10) g;
+CREATE TABLE mv.b (id int PRIMARY KEY, v text NOT NULL, keep bool NOT NULL);
+INSERT INTO mv.b SELECT g, 'b' || g, g % 3 <> 0 FROM generate_series(1, 6) g;
+
+SELECT leapfrog.start('mv_one', $$
+  CREATE TABLE mv.a2 (id int PRIMARY KEY, v text NOT NULL);
+  INSERT INTO mv.a2 SELECT id, v FROM mv.a;
+  DROP TABLE mv.a;
+  ALTER TABLE mv.a2 RENAME TO a;
+$$);
+SELECT name, state, tuples_total, tuples_migrated, error,
+       started_at IS NOT NULL AS started, finished_at IS NULL AS unfinished
+  FROM leapfrog.migrations WHERE name = 'mv_one';
+SELECT started_at <= now() AS started_before_now
+  FROM leapfrog.migrations WHERE name = 'mv_one';
+SELECT * FROM mv.a WHERE id IN (1, 2, 3) ORDER BY id;
+SELECT name, state, tuples_total, tuples_migrated
+  FROM leapfrog.migrations WHERE name = 'mv_one';
+SELECT leapfrog.remaining('mv_one');
+-- Not done, and nothing migrates in the background here: wait() times out.
+SELECT leapfrog.wait('mv_one', 0.2);
+
+-- A second migration, with a filter (2 of its 6 rows have no image).
+SELECT leapfrog.start('mv_two', $$
+  CREATE TABLE mv.b2 (id int PRIMARY KEY, v text NOT NULL);
+  INSERT INTO mv.b2 SELECT id, v FROM mv.b WHERE keep;
+  DROP TABLE mv.b;
+$$);
+SELECT name, state, tuples_total, tuples_migrated
+  FROM leapfrog.migrations WHERE name LIKE 'mv\_%' ORDER BY name;
+
+-- complete() runs in the caller's transaction: rolled back, it leaves the
+-- migration as it was.
+BEGIN;
+SELECT leapfrog.complete('mv_two');
+SELECT leapfrog.remaining('mv_two');
+ROLLBACK;
+SELECT name, state, tuples_total, tuples_migrated
+  FROM leapfrog.migrations WHERE name = 'mv_two';
+SELECT leapfrog.remaining('mv_two');
+SELECT * FROM mv.b2 WHERE id = 2;
+
+-- complete() for real.
+SELECT leapfrog.complete('mv_one');
+SELECT leapfrog.complete('mv_two');
+SELECT name, state, tuples_total, tuples_migrated, error,
+       finished_at IS NOT NULL AS finished, finished_at >= started_at AS ordered
+  FROM leapfrog.migrations WHERE name LIKE 'mv\_%' ORDER BY name;
+SELECT leapfrog.remaining('mv_one'), leapfrog.remaining('mv_two');
+SELECT leapfrog.wait('mv_one'), leapfrog.wait('mv_one', 0), leapfrog.wait('mv_two', 1);
+SELECT * FROM mv.b2 ORDER BY id;
+SELECT count(*) FROM mv.a;
+
+DROP SCHEMA mv CASCADE;

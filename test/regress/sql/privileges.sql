@@ -1,0 +1,80 @@
+--
+-- privileges: only the owner of the tables a script touches may start()
+-- it (42501 otherwise, nothing changed).  An application role with only
+-- SELECT and UPDATE on the new table queries it and so migrates rows,
+-- without any access to leapfrog_retired.
+--
+CREATE ROLE regress_lf_owner;
+CREATE ROLE regress_lf_other;
+CREATE ROLE regress_lf_app;
+CREATE ROLE regress_lf_nobody;
+CREATE SCHEMA pv AUTHORIZATION regress_lf_owner;
+GRANT USAGE, CREATE ON SCHEMA pv TO regress_lf_other;
+GRANT USAGE ON SCHEMA pv TO regress_lf_app, regress_lf_nobody;
+SET ROLE regress_lf_owner;
+CREATE TABLE pv.acct (id int PRIMARY KEY, owner text NOT NULL, bal int NOT NULL);
+INSERT INTO pv.acct SELECT g, 'owner' || g, g * 10 FROM generate_series(1, 20) g;
+-- Tables regress_lf_owner creates in pv are readable and updatable by the
+-- application role.
+ALTER DEFAULT PRIVILEGES IN SCHEMA pv GRANT SELECT, UPDATE ON TABLES TO regress_lf_app;
+RESET ROLE;
+SELECT 'pv.acct'::regclass::oid AS old_oid \gset
+SELECT $$
+  CREATE TABLE pv.acct2 (id int PRIMARY KEY, owner text NOT NULL, bal bigint NOT NULL);
+  INSERT INTO pv.acct2 SELECT id, owner, bal FROM pv.acct;
+  DROP TABLE pv.acct;
+  ALTER TABLE pv.acct2 RENAME TO acct;
+$$ AS script \gset
+
+-- A role that does not own pv.acct (but may create tables in pv).
+SET ROLE regress_lf_other;
+\set VERBOSITY sqlstate
+SELECT leapfrog.start('privileges_denied', :'script');
+\set VERBOSITY default
+RESET ROLE;
+SELECT to_regclass('pv.acct') = :old_oid AS in_place, to_regclass('pv.acct2') AS acct2,
+       (SELECT count(*) FROM pv.acct) AS rows,
+       (SELECT count(*) FROM leapfrog.migrations WHERE name = 'privileges_denied') AS migrations;
+
+-- The owner, who is not a superuser.
+SET ROLE regress_lf_owner;
+SELECT leapfrog.start('privileges', :'script');
+RESET ROLE;
+-- The new table belongs to the caller and got the default privileges.
+SELECT relowner::regrole AS owner FROM pg_class WHERE oid = 'pv.acct'::regclass;
+SELECT has_table_privilege('regress_lf_app', 'pv.acct', 'SELECT') AS app_select,
+       has_table_privilege('regress_lf_app', 'pv.acct', 'UPDATE') AS app_update,
+       has_table_privilege('regress_lf_app', 'pv.acct', 'INSERT') AS app_insert,
+       has_schema_privilege('regress_lf_app', 'leapfrog_retired', 'USAGE') AS app_retired_usage;
+SELECT leapfrog.remaining('privileges');
+
+-- The application role reads and writes; rows migrate on its behalf.
+SET ROLE regress_lf_app;
+SELECT * FROM pv.acct WHERE id = 3;
+UPDATE pv.acct SET bal = bal + 1 WHERE id = 4;
+SELECT id, bal FROM pv.acct WHERE id BETWEEN 5 AND 6 ORDER BY id FOR UPDATE;
+SELECT name, state FROM leapfrog.migrations WHERE name = 'privileges';
+\set VERBOSITY sqlstate
+-- What its privileges do not allow still fails.
+INSERT INTO pv.acct VALUES (100, 'x', 0);
+SELECT public.regress_rows(:old_oid);
+\set VERBOSITY default
+RESET ROLE;
+SELECT leapfrog.remaining('privileges');
+-- A role without privileges on the table gets 42501 and migrates nothing.
+SET ROLE regress_lf_nobody;
+\set VERBOSITY sqlstate
+SELECT * FROM pv.acct WHERE id = 7;
+UPDATE pv.acct SET bal = 0 WHERE id = 8;
+\set VERBOSITY default
+RESET ROLE;
+SELECT leapfrog.remaining('privileges');
+
+SELECT leapfrog.complete('privileges');
+SELECT name, state, tuples_total, tuples_migrated FROM leapfrog.migrations WHERE name = 'privileges';
+SELECT * FROM pv.acct WHERE id BETWEEN 3 AND 8 ORDER BY id;
+SELECT count(*), sum(bal) FROM pv.acct;
+
+DROP SCHEMA pv CASCADE;
+DROP OWNED BY regress_lf_owner, regress_lf_other, regress_lf_app, regress_lf_nobody;
+DROP ROLE regress_lf_owner, regress_lf_other, regress_lf_app, regress_lf_nobody;

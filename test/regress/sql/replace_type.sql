@@ -1,0 +1,77 @@
+--
+-- replace_type: a same-name replacement that changes column types
+-- (CREATE TABLE acct2, INSERT INTO acct2 SELECT ... FROM acct, DROP TABLE
+-- acct, ALTER TABLE acct2 RENAME TO acct).  Point queries migrate only the
+-- rows they need; the final state equals the eager run of the same script
+-- on an identical copy.
+--
+CREATE SCHEMA rt_eager;
+CREATE SCHEMA rt_lazy;
+CREATE TABLE rt_eager.acct (id int PRIMARY KEY, owner text NOT NULL, bal int NOT NULL);
+INSERT INTO rt_eager.acct SELECT g, 'owner' || g, g * 10 FROM generate_series(1, 100) g;
+CREATE TABLE rt_lazy.acct (id int PRIMARY KEY, owner text NOT NULL, bal int NOT NULL);
+INSERT INTO rt_lazy.acct SELECT * FROM rt_eager.acct;
+SELECT $$
+  CREATE TABLE acct2 (id bigint PRIMARY KEY, owner varchar(20) NOT NULL,
+                      bal numeric(12,2) NOT NULL);
+  INSERT INTO acct2 SELECT id, owner, bal FROM acct;
+  DROP TABLE acct;
+  ALTER TABLE acct2 RENAME TO acct;
+$$ AS script \gset
+
+-- The eager oracle.
+SET search_path = rt_eager;
+SELECT public.regress_eager(:'script');
+
+-- The lazy run.
+SET search_path = rt_lazy;
+SELECT 'acct'::regclass::oid AS old_oid \gset
+SELECT leapfrog.start('replace_type', :'script');
+-- The new table has the new definition, the same as the eager one's ...
+SELECT * FROM public.regress_shape('rt_lazy.acct');
+SELECT (SELECT array_agg(s) FROM public.regress_shape('rt_lazy.acct') s)
+     = (SELECT array_agg(s) FROM public.regress_shape('rt_eager.acct') s) AS same_shape;
+-- ... and starts empty: the data stays in the old table, which moved to
+-- schema leapfrog_retired.
+SELECT pg_relation_size('rt_lazy.acct') AS new_table_bytes;
+SELECT relnamespace::regnamespace AS old_table_schema FROM pg_class WHERE oid = :old_oid;
+SELECT leapfrog.remaining('replace_type');
+SELECT public.regress_rows(:old_oid) AS retired_rows;
+
+-- A point query migrates exactly the row it needs.
+SELECT * FROM acct WHERE id = 5;
+SELECT leapfrog.remaining('replace_type');
+SELECT public.regress_rows(:old_oid) AS retired_rows;
+-- Once migrated, a row is not migrated again.
+SELECT * FROM acct WHERE id = 5;
+SELECT leapfrog.remaining('replace_type');
+-- A key that does not exist migrates nothing.
+SELECT * FROM acct WHERE id = 1000;
+SELECT leapfrog.remaining('replace_type');
+-- Several keys.
+SELECT * FROM acct WHERE id = 6 OR id = 7 ORDER BY id;
+SELECT leapfrog.remaining('replace_type');
+SELECT * FROM acct WHERE id IN (5, 8, 9, 10) ORDER BY id;
+SELECT leapfrog.remaining('replace_type');
+SELECT owner, bal FROM acct WHERE id BETWEEN 11 AND 15 ORDER BY id;
+SELECT leapfrog.remaining('replace_type');
+-- A predicate on a column without index.
+SELECT id, bal FROM acct WHERE owner = 'owner42';
+SELECT leapfrog.remaining('replace_type');
+-- The new types apply to what is read.
+SELECT id, bal, pg_typeof(id) AS id_type, pg_typeof(bal) AS bal_type FROM acct WHERE id = 50;
+SELECT leapfrog.remaining('replace_type');
+
+-- complete() migrates the rest and finishes: the retired table is dropped.
+SELECT leapfrog.complete('replace_type');
+SELECT leapfrog.remaining('replace_type');
+SELECT name, state, tuples_total, tuples_migrated, error
+  FROM leapfrog.migrations WHERE name = 'replace_type';
+SELECT count(*) AS old_table_left FROM pg_class WHERE oid = :old_oid;
+-- Same final content as the eager run.
+SELECT * FROM public.regress_compare('rt_lazy.acct', 'rt_eager.acct');
+SELECT count(*), sum(bal), sum(id) FROM rt_lazy.acct;
+
+RESET search_path;
+DROP SCHEMA rt_eager CASCADE;
+DROP SCHEMA rt_lazy CASCADE;
