@@ -148,10 +148,10 @@ leapfrog_complete(PG_FUNCTION_ARGS)
 			sql = psprintf("SELECT ctid FROM %s LIMIT 10000",
 						   quote_qualified_identifier(get_namespace_name(get_rel_namespace(input)),
 													  get_rel_name(input)));
-			if (SPI_execute(sql, true, 0) != SPI_OK_SELECT)
+			if (SPI_execute(sql, false, 0) != SPI_OK_SELECT)
 				elog(ERROR, "leapfrog: could not read remaining rows");
 			n = SPI_processed;
-			tids = palloc(sizeof(ItemPointerData) * Max(n, 1));
+			tids = SPI_palloc(sizeof(ItemPointerData) * Max(n, 1));	/* outlives SPI_finish */
 			for (i = 0; i < n; i++)
 			{
 				bool		isnull;

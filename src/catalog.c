@@ -227,7 +227,13 @@ lf_cache_load(void)
 		return;
 
 	old = MemoryContextSwitchTo(lf_cache_cxt);
-	snap = RegisterSnapshot(GetLatestSnapshot());
+	/*
+	 * A fresh catalog-style snapshot: it sees every committed migration and
+	 * our own earlier commands, and unlike GetLatestSnapshot() it does not
+	 * fix the transaction snapshot (a BEGIN ISOLATION LEVEL may follow).
+	 */
+	InvalidateCatalogSnapshot();
+	snap = RegisterSnapshot(GetCatalogSnapshot(lf_catalog_oid));
 	PG_TRY();
 	{
 		scan_table(lf_catalog_oid, snap, load_migration);

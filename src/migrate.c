@@ -5,12 +5,12 @@
  * Tracking.  An input row is unmigrated exactly as long as it is present in
  * its retired table.  Migrating a set of rows is one step, in the caller's
  * transaction:
- *	 DELETE FROM retired WHERE ctid = ANY(rows) RETURNING ctid	-- claim
- *	 INSERT INTO target SELECT mapping FROM retired WHERE ctid = ANY(claimed)
- *	   (once per mapping of the input, read with the snapshot taken before
- *	   the DELETE, so the claimed rows are still visible to it)
- * So the "migrated" bit is the deletion, made durable by the same commit as
- * the new rows; the "migrating" bit is the row lock the DELETE holds.
+ *	 SELECT ctid FROM retired WHERE ctid = ANY(rows) FOR UPDATE	-- claim
+ *	 INSERT INTO target SELECT <mapping> FROM retired WHERE ctid = ANY(claimed)
+ *	   (once per mapping of the input)
+ *	 DELETE FROM retired WHERE ctid = ANY(claimed)
+ * So the "migrating" bit is the row lock of the claim, and the "migrated"
+ * bit is the deletion, made durable by the same commit as the new rows.
  *
  * Locking rules.
  *	- A statement's migration step locks every retired input it may read
@@ -18,7 +18,7 @@
  *	  also processes invalidations, so a migration completed meanwhile is
  *	  seen as such and the step is skipped.  Completion takes
  *	  AccessExclusiveLock on the inputs (worker.c).
- *	- Two sessions claiming one row: the second DELETE waits on the first's
+ *	- Two sessions claiming one row: the second claim waits on the first's
  *	  row lock (an ordinary lock wait: sleeping, deadlock-checked).  If the
  *	  first commits, the second skips the row (READ COMMITTED) or fails with
  *	  40001 (REPEATABLE READ, SERIALIZABLE: its snapshot cannot see the
@@ -64,6 +64,7 @@ static ExecutorStart_hook_type prev_ExecutorStart = NULL;
  */
 typedef struct TidSet
 {
+	MemoryContext cxt;			/* outlives the executor that fills it */
 	Oid			input;
 	int			n;
 	int			cap;
@@ -83,7 +84,7 @@ tidset_add(TidSet *set, ItemPointer tid)
 	{
 		set->cap = Max(64, set->cap * 2);
 		set->tids = set->tids ? repalloc(set->tids, set->cap * sizeof(ItemPointerData))
-			: palloc(set->cap * sizeof(ItemPointerData));
+			: MemoryContextAlloc(set->cxt, set->cap * sizeof(ItemPointerData));
 	}
 	set->tids[set->n++] = *tid;
 }
@@ -159,7 +160,8 @@ run_plan(PlannedStmt *ps, const char *what, Snapshot snap, ParamListInfo params,
 typedef struct DeletePlan
 {
 	Oid			input;
-	SPIPlanPtr	plan;
+	SPIPlanPtr	claim;			/* SELECT ctid ... FOR UPDATE */
+	SPIPlanPtr	delete;
 } DeletePlan;
 
 typedef struct InsertPlan
@@ -173,6 +175,22 @@ static HTAB *delete_plans = NULL;
 static HTAB *insert_plans = NULL;
 
 static SPIPlanPtr
+prepare_kept(const char *fmt, Oid input)
+{
+	Oid			argtypes[1] = {TIDARRAYOID};
+	char	   *sql = psprintf(fmt,
+							   quote_qualified_identifier(get_namespace_name(get_rel_namespace(input)),
+														  get_rel_name(input)));
+	SPIPlanPtr	plan = SPI_prepare(sql, 1, argtypes);
+
+	if (plan == NULL)
+		elog(ERROR, "leapfrog: could not prepare \"%s\": %s", sql,
+			 SPI_result_code_string(SPI_result));
+	SPI_keepplan(plan);
+	return plan;
+}
+
+static DeletePlan *
 delete_plan(Oid input)
 {
 	DeletePlan *dp;
@@ -185,26 +203,20 @@ delete_plan(Oid input)
 		delete_plans = hash_create("leapfrog delete plans", 16, &ctl, HASH_ELEM | HASH_BLOBS);
 	}
 	dp = hash_search(delete_plans, &input, HASH_ENTER, &found);
-	if (!found || dp->plan == NULL || !SPI_plan_is_valid(dp->plan))
+	if (!found)
+		dp->claim = dp->delete = NULL;
+	if (dp->claim == NULL || !SPI_plan_is_valid(dp->claim) ||
+		dp->delete == NULL || !SPI_plan_is_valid(dp->delete))
 	{
-		Oid			argtypes[1] = {TIDARRAYOID};
-		char	   *sql;
-		SPIPlanPtr	plan;
-
-		if (found && dp->plan)
-			SPI_freeplan(dp->plan);
-		dp->plan = NULL;
-		sql = psprintf("DELETE FROM %s WHERE ctid OPERATOR(pg_catalog.=) ANY ($1) RETURNING ctid",
-					   quote_qualified_identifier(get_namespace_name(get_rel_namespace(input)),
-												  get_rel_name(input)));
-		plan = SPI_prepare(sql, 1, argtypes);
-		if (plan == NULL)
-			elog(ERROR, "leapfrog: could not prepare claim statement: %s",
-				 SPI_result_code_string(SPI_result));
-		SPI_keepplan(plan);
-		dp->plan = plan;
+		if (dp->claim)
+			SPI_freeplan(dp->claim);
+		if (dp->delete)
+			SPI_freeplan(dp->delete);
+		dp->claim = dp->delete = NULL;
+		dp->claim = prepare_kept("SELECT ctid FROM %s WHERE ctid OPERATOR(pg_catalog.=) ANY ($1) FOR UPDATE", input);
+		dp->delete = prepare_kept("DELETE FROM %s WHERE ctid OPERATOR(pg_catalog.=) ANY ($1)", input);
 	}
-	return dp->plan;
+	return dp;
 }
 
 /*
@@ -360,6 +372,7 @@ lf_migrate_rows(LfMigration *mig, Oid input, ItemPointer tids, int ntids)
 	uint64		claimed = 0;
 	ItemPointerData *owned;
 	ListCell   *lc;
+	DeletePlan *dp;
 
 	if (ntids == 0)
 		return 0;
@@ -374,11 +387,13 @@ lf_migrate_rows(LfMigration *mig, Oid input, ItemPointer tids, int ntids)
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 
-	/* snap predates the DELETE: the INSERTs still see the claimed rows */
-	snap = RegisterSnapshot(GetTransactionSnapshot());
+	/*
+	 * Claim: lock the rows.  A row another transaction migrated meanwhile is
+	 * skipped (READ COMMITTED) or raises 40001 (REPEATABLE READ and up).
+	 */
 	arg = tid_array(tids, ntids);
-	if (SPI_execute_snapshot(delete_plan(input), &arg, NULL, snap, InvalidSnapshot,
-							 false, false, 0) != SPI_OK_DELETE_RETURNING)
+	dp = delete_plan(input);
+	if (SPI_execute_plan(dp->claim, &arg, NULL, false, 0) != SPI_OK_SELECT)
 		elog(ERROR, "leapfrog: claim statement failed");
 	claimed = SPI_processed;
 	if (claimed > 0)
@@ -394,11 +409,13 @@ lf_migrate_rows(LfMigration *mig, Oid input, ItemPointer tids, int ntids)
 			owned[i] = *DatumGetItemPointer(SPI_getbinval(SPI_tuptable->vals[i],
 														  SPI_tuptable->tupdesc, 1, &isnull));
 		}
-		params->params[0].value = tid_array(owned, (int) claimed);
+		arg = tid_array(owned, (int) claimed);
+		params->params[0].value = arg;
 		params->params[0].isnull = false;
 		params->params[0].pflags = PARAM_FLAG_CONST;
 		params->params[0].ptype = TIDARRAYOID;
 
+		/* Insert the images of the claimed rows into every target. */
 		foreach(lc, mig->mappings)
 		{
 			LfMapping  *m = lfirst(lc);
@@ -406,9 +423,16 @@ lf_migrate_rows(LfMigration *mig, Oid input, ItemPointer tids, int ntids)
 			if (m->input != input)
 				continue;
 			CommandCounterIncrement();
+			snap = RegisterSnapshot(GetTransactionSnapshot());
 			run_plan(insert_plan(mig, m), "leapfrog migrate", snap, params, None_Receiver);
+			UnregisterSnapshot(snap);
 		}
 		CommandCounterIncrement();
+
+		/* Mark them migrated: gone from the retired table. */
+		if (SPI_execute_plan(dp->delete, &arg, NULL, false, 0) != SPI_OK_DELETE ||
+			SPI_processed != claimed)
+			elog(ERROR, "leapfrog: claimed rows of %s changed while locked", get_rel_name(input));
 
 		/* progress log, written as the owner of the catalog */
 		{
@@ -422,7 +446,6 @@ lf_migrate_rows(LfMigration *mig, Oid input, ItemPointer tids, int ntids)
 				elog(ERROR, "leapfrog: could not log progress");
 		}
 	}
-	UnregisterSnapshot(snap);
 	SPI_finish();
 	SetUserIdAndSecContext(save_user, save_sec);
 	error_context_stack = errcb.previous;
@@ -487,6 +510,7 @@ prepare_statement(QueryDesc *qd, List *items)
 			if (set == NULL)
 			{
 				set = palloc0(sizeof(TidSet));
+				set->cxt = CurrentMemoryContext;
 				set->input = input;
 				sets = lappend(sets, set);
 			}

@@ -100,8 +100,20 @@ lf_ProcessUtility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTree
 				  ProcessUtilityContext context, ParamListInfo params,
 				  QueryEnvironment *queryEnv, DestReceiver *dest, QueryCompletion *qc)
 {
-	if (IsTransactionState() && lf_any_active())
-		check_utility(pstmt->utilityStmt);
+	switch (nodeTag(pstmt->utilityStmt))
+	{
+		case T_AlterTableStmt:
+		case T_TruncateStmt:
+		case T_CopyStmt:
+		case T_ClusterStmt:
+		case T_VacuumStmt:
+		case T_DropStmt:
+			if (IsTransactionState() && lf_any_active())
+				check_utility(pstmt->utilityStmt);
+			break;
+		default:
+			break;
+	}
 	if (prev_ProcessUtility)
 		prev_ProcessUtility(pstmt, queryString, readOnlyTree, context, params,
 							queryEnv, dest, qc);

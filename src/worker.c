@@ -333,7 +333,7 @@ lf_remaining(LfMigration *mig)
 		sql = psprintf("SELECT pg_catalog.count(*) FROM %s",
 					   quote_qualified_identifier(get_namespace_name(get_rel_namespace(lfirst_oid(lc))),
 												  get_rel_name(lfirst_oid(lc))));
-		if (SPI_execute(sql, true, 0) != SPI_OK_SELECT)
+		if (SPI_execute(sql, false, 0) != SPI_OK_SELECT)
 			elog(ERROR, "leapfrog: could not count remaining rows");
 		total += DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	}
@@ -444,7 +444,8 @@ next_batch(InputCursor *c, ItemPointerData **tids_out, bool *pass_done)
 	if (SPI_execute_with_args(sql, 2, types, values, NULL, false, 0) != SPI_OK_SELECT)
 		elog(ERROR, "leapfrog: could not read a batch");
 	n = (int) SPI_processed;
-	*tids_out = palloc(sizeof(ItemPointerData) * Max(n, 1));
+	/* survives the abort of this transaction: freed by worker_batch */
+	*tids_out = MemoryContextAlloc(TopMemoryContext, sizeof(ItemPointerData) * Max(n, 1));
 	for (i = 0; i < n; i++)
 	{
 		bool		isnull;
@@ -507,7 +508,9 @@ worker_batch(int migration_id)
 			ItemPointerData *batch = NULL;
 
 			n = next_batch(c, &batch, &pass_done);
-			tids = batch;
+			if (n == 0 && batch)
+				pfree(batch);
+			tids = n > 0 ? batch : NULL;
 			if (!pass_done)
 				all_passes_done = false;
 			if (n > 0)
@@ -558,8 +561,6 @@ worker_batch(int migration_id)
 						edata->sqlerrcode != ERRCODE_QUERY_CANCELED);
 		ereport(LOG,
 				(errmsg("leapfrog: background batch failed: %s", edata->message)));
-		tids = n > 0 ? memcpy(palloc(sizeof(ItemPointerData) * n), tids,
-							  sizeof(ItemPointerData) * n) : NULL;
 	}
 	PG_END_TRY();
 
@@ -608,11 +609,14 @@ worker_batch(int migration_id)
 				lf_mark_failed(migration_id, msg);
 				CommitTransactionCommand();
 				ereport(LOG, (errmsg("leapfrog: migration failed: %s", msg)));
+				pfree(tids);
 				return false;
 			}
 		}
 		(void) errmsg_text;
 	}
+	if (tids)
+		pfree(tids);
 	return more || !failed_batch;
 }
 
