@@ -35,11 +35,11 @@ BEGIN
     END LOOP;
     RETURN s;
 END $$;
-CREATE FUNCTION public.owner_of(int) RETURNS text
-LANGUAGE sql STABLE AS 'SELECT owner FROM acct WHERE id = $1';
 
 -- The lazy run: some use before start(), then start(), then the rest.
 SET search_path = pl_lazy;
+CREATE FUNCTION public.owner_of(int) RETURNS text
+LANGUAGE sql STABLE AS 'SELECT owner FROM acct WHERE id = $1';
 PREPARE pre(int) AS SELECT id, owner FROM acct WHERE id = $1;
 EXECUTE pre(1);
 SELECT public.transfer(1, 2, 5);
@@ -97,8 +97,6 @@ SELECT public.owner_of(75);
 SELECT public.regress_migrated('plans') AS migrated;
 SELECT public.owner_of(g) FROM generate_series(76, 78) g;
 SELECT public.regress_migrated('plans') AS migrated;
-SELECT * FROM public.accts_between(80, 82);
-SELECT public.regress_migrated('plans') AS migrated;
 -- A cursor.
 BEGIN;
 DECLARE c CURSOR FOR SELECT id, bal FROM acct WHERE id BETWEEN 84 AND 88 ORDER BY id;
@@ -119,6 +117,10 @@ DO $$ BEGIN UPDATE acct SET bal = bal + 100 WHERE id = 91; END $$;
 SELECT public.regress_migrated('plans') AS migrated;
 SELECT bal FROM acct WHERE id = 91;
 SELECT public.regress_migrated('plans') AS migrated;
+-- An inlined SQL function: it needs rows 80 to 82; it may migrate more (up
+-- to the 51 rows left), the result shows it is right.
+SELECT * FROM public.accts_between(80, 82);
+SELECT public.regress_migrated('plans') BETWEEN 3 AND 51 AS migrated_3_to_51;
 SELECT leapfrog.complete('plans');
 DEALLOCATE ALL;
 
@@ -157,7 +159,6 @@ SELECT sum(public.transfer(g, g + 10, 1)) FROM generate_series(50, 56) g;
 SELECT public.sum_range(70, 74);
 SELECT public.owner_of(75);
 SELECT public.owner_of(g) FROM generate_series(76, 78) g;
-SELECT * FROM public.accts_between(80, 82);
 BEGIN;
 DECLARE c CURSOR FOR SELECT id, bal FROM acct WHERE id BETWEEN 84 AND 88 ORDER BY id;
 FETCH 2 FROM c;
@@ -171,6 +172,7 @@ FETCH ALL FROM h;
 CLOSE h;
 DO $$ BEGIN UPDATE acct SET bal = bal + 100 WHERE id = 91; END $$;
 SELECT bal FROM acct WHERE id = 91;
+SELECT * FROM public.accts_between(80, 82);
 DEALLOCATE ALL;
 
 SELECT name, state, tuples_total, tuples_migrated, error
