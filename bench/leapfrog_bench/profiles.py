@@ -1,0 +1,38 @@
+"""Benchmark profiles.  Times are seconds.
+
+loads: "saturated" = unthrottled clients (chapter's 700 TPS case, the
+system's maximum); "rate" = fixed arrival rate at rate_fraction of the
+saturated baseline's throughput (chapter's 450 TPS case: headroom).
+"""
+
+PROFILES = {
+    # CI: about a minute on 2 cores; checks the harness end to end.
+    "smoke": dict(
+        warehouses=1, clients=4, threads=2, duration=12, migrate_at=4,
+        loads=["saturated"], migrations=["split"],
+        strategies=["baseline", "eager", "multistep", "lazy"],
+        shared_buffers="512MB", rate_fraction=0.65,
+        multistep=dict(batch_size=1000, naptime_ms=0),
+    ),
+    # A few minutes: every migration and strategy at saturation, and the
+    # split at a fixed rate with headroom.
+    "quick": dict(
+        warehouses=4, clients=8, threads=2, duration=30, migrate_at=8,
+        loads=["saturated", "rate"], migrations=["split", "aggregate", "join"],
+        rate_migrations=["split"],
+        strategies=["baseline", "eager", "multistep", "lazy", "lazy_nobg"],
+        # (load, strategy) -> migrations it runs for; keeps quick under 10 min
+        only={("saturated", "lazy_nobg"): ["split"], ("rate", "lazy_nobg"): []},
+        shared_buffers="2GB", rate_fraction=0.65,
+        multistep=dict(batch_size=1000, naptime_ms=0),
+    ),
+    # As close to the chapter (W=50: 1.5M customers, 15M order lines) as
+    # 2 cores allow: both loads, every migration, 240 s runs.
+    "full": dict(
+        warehouses=50, clients=16, threads=2, duration=240, migrate_at=30,
+        loads=["saturated", "rate"], migrations=["split", "aggregate", "join"],
+        strategies=["baseline", "eager", "multistep", "lazy", "lazy_nobg"],
+        shared_buffers="8GB", rate_fraction=0.65,
+        multistep=dict(batch_size=1000, naptime_ms=0),
+    ),
+}

@@ -1,0 +1,105 @@
+"""summary.md: the figures of one run and the ratios between strategies
+(all numbers from the same run)."""
+
+ORDER = ["baseline", "eager", "multistep", "lazy", "lazy_nobg"]
+COLS = [("switch_s", "switch s"), ("complete_s", "complete s"),
+        ("longest_stall_s", "longest stall s"), ("committed", "committed"),
+        ("tps_window", "tps"), ("p50_ms", "p50 ms"), ("p99_ms", "p99 ms"),
+        ("p99_ratio_vs_baseline", "p99 / baseline p99"), ("failed", "failed"),
+        ("schema_retries", "schema retries")]
+RATIOS = [("committed", "committed"), ("longest_stall_s", "longest stall"),
+          ("p99_ms", "p99 latency"), ("switch_s", "switch time"), ("complete_s", "completion time")]
+
+
+def _fmt(v):
+    if v is None:
+        return "n/a"
+    if isinstance(v, float):
+        if abs(v) >= 100:
+            return f"{v:.0f}"
+        if abs(v) >= 1:
+            return f"{v:.2f}"
+        return f"{v:.3f}"
+    return str(v)
+
+
+def _ratio(a, b):
+    if a is None or b is None:
+        return None
+    if b == 0:
+        return None if a != 0 else 1.0
+    return a / b
+
+
+def write_markdown(runner, path, figs):
+    m = runner.meta
+    L = []
+    L.append(f"# Leapfrog benchmark: profile `{m.get('profile')}`\n")
+    p = m.get("params", {})
+    ld = m.get("load", {})
+    L.append(f"TPC-C with W={p.get('warehouses')} warehouses "
+             f"({ld.get('rows', {}).get('customer', '?')} customers, "
+             f"{ld.get('rows', {}).get('order_line', '?')} order lines, "
+             f"{ld.get('rows', {}).get('stock', '?')} stock rows; "
+             f"{(ld.get('db_bytes') or 0) / 2**30:.2f} GiB), {p.get('clients')} pgbench clients, "
+             f"{p.get('duration')} s per run, migration at t={p.get('migrate_at')} s; "
+             f"window = migration start to end of run "
+             f"({p.get('duration', 0) - p.get('migrate_at', 0)} s). "
+             f"Host: {m.get('host', {}).get('cpus')} CPUs, {m.get('host', {}).get('mem_gib')} GiB. "
+             f"Total time {m.get('total_s')} s.\n")
+    if m.get("saturated_tps"):
+        L.append(f"Saturated throughput (baseline, before the migration point): "
+                 f"{m['saturated_tps']} tps"
+                 + (f"; fixed-rate runs at {m['rate_tps']} tps ({p.get('rate_fraction')} of it)."
+                    if m.get("rate_tps") else ".") + "\n")
+    ls = m.get("lazy_support", {})
+    if ls:
+        L.append("Leapfrog support: " + ", ".join(
+            f"{k}: {v['state']}" + (f" ({v['reason']})" if v.get("reason") else "")
+            for k, v in ls.items()) + "\n")
+    for load, migs in runner.results.items():
+        L.append(f"\n## Load: {load}\n")
+        for mig, strats in migs.items():
+            L.append(f"\n### {mig}\n")
+            L.append("| strategy | status | " + " | ".join(c[1] for c in COLS) + " |")
+            L.append("|---|---|" + "---|" * len(COLS))
+            for s in ORDER:
+                if s not in strats:
+                    continue
+                r = strats[s]
+                L.append(f"| {s} | {r.get('status')} | "
+                         + " | ".join(_fmt(r.get(c[0])) for c in COLS) + " |")
+            notes = [f"- {s}: {strats[s]['reason']}" for s in ORDER
+                     if s in strats and strats[s].get("reason")]
+            if notes:
+                L.append("\n" + "\n".join(notes))
+            L.append("\nRatios (lazy over the other strategy, same run; n/a where a side "
+                     "did not run or has no value):\n")
+            L.append("| ratio | " + " | ".join(r[1] for r in RATIOS) + " |")
+            L.append("|---|" + "---|" * len(RATIOS))
+            for lz in ("lazy", "lazy_nobg"):
+                if lz not in strats:
+                    continue
+                for other in ("eager", "multistep", "baseline"):
+                    if other not in strats:
+                        continue
+                    a, b = strats[lz], strats[other]
+                    L.append(f"| {lz}/{other} | " + " | ".join(
+                        _fmt(_ratio(a.get(k), b.get(k))) for k, _ in RATIOS) + " |")
+    L.append("\n## Figures\n")
+    for f in figs:
+        L.append(f"![{f}]({f})\n")
+    L.append("\n## How to read\n")
+    L.append("- switch s: from the migration's start until the new schema answered "
+             "(switch committed and a query on a new table returned).\n"
+             "- complete s: until nothing was left to migrate (eager: commit; multi-step: "
+             "cut-over; lazy: leapfrog.migrations state done); n/a if not within the window.\n"
+             "- longest stall s: the longest interval in the window with no committed "
+             "transaction.\n"
+             "- committed: transactions committed in the window; p99 over the window's "
+             "transactions (at a fixed rate pgbench counts latency from the scheduled start, "
+             "so queueing shows).\n"
+             "- schema retries: calls of the old code that failed because the schema switched "
+             "under them and were re-run with the new code.\n")
+    with open(path, "w") as f:
+        f.write("\n".join(L))

@@ -1,0 +1,331 @@
+"""One benchmark invocation: a throwaway cluster, one TPC-C load, then for
+each load mode a baseline run and, for each migration, one run per strategy,
+each on a fresh copy of the loaded database."""
+import csv
+import json
+import os
+import platform
+import subprocess
+import threading
+import time
+
+import psycopg
+
+from . import metrics, plots, report, tpcc
+from .cluster import Cluster, default_settings
+from .migrations import MIGRATIONS
+from .strategies import DRIVERS, LAZY, probe_lazy_support
+from .workload import PgbenchRun
+
+TEMPLATE = "tpcc_tmpl"
+RUNDB = "tpcc_run"
+
+
+class Runner:
+    def __init__(self, prof, outdir, log=print, keep_cluster=False, keep_raw=False):
+        self.p = prof
+        self.out = outdir
+        self.log = log
+        self.keep_cluster = keep_cluster
+        self.keep_raw = keep_raw
+        self.results = {}      # load -> migration -> strategy -> dict
+        self.series = []       # timeseries rows
+        self.cdfs = {}         # (load, migration, strategy) -> arrays
+        self.progress = {}     # (load, migration, strategy) -> [(t_rel, frac)]
+        self.markers = {}      # (load, migration, strategy) -> {start,complete,...} t from origin
+        self.meta = {}
+        self.failures = []
+        self._crash_lines = 0
+
+    # ----------------------------------------------------------------------
+    def run(self):
+        os.makedirs(self.out, exist_ok=True)
+        t0 = time.time()
+        settings = default_settings(self.p["shared_buffers"])
+        self.cluster = Cluster(settings=settings, keep=self.keep_cluster, log=self.log)
+        self.log(f"cluster: {self.cluster.dir} port {self.cluster.port}, "
+                 f"leapfrog preloaded: {self.cluster.leapfrog}")
+        try:
+            self.cluster.init().start()
+            self.cluster.wait_ready()
+            self._run_all()
+        finally:
+            try:
+                with open(self.cluster.logfile, errors="replace") as src, \
+                        open(os.path.join(self.out, "server.log"), "w") as dst:
+                    dst.write(src.read()[-2_000_000:])
+            except OSError:
+                pass
+            self.cluster.destroy()
+        self.meta["total_s"] = round(time.time() - t0, 1)
+        self.write_outputs()
+        self.log(f"done in {self.meta['total_s']}s: {self.out}")
+        return self
+
+    def _run_all(self):
+        p = self.p
+        leapfrog = self.cluster.leapfrog
+        self.meta.update({
+            "profile": p.get("name"),
+            "params": {k: v for k, v in p.items() if k not in ("name", "only")},
+            "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "host": {"cpus": os.cpu_count(), "machine": platform.machine(),
+                     "mem_gib": _mem_gib()},
+            "leapfrog_preloaded": leapfrog,
+            "server_settings": self.cluster.settings,
+        })
+        # Which migrations Leapfrog accepts (0A000 -> not supported).
+        lazy_support = {}
+        if any(s in LAZY for s in p["strategies"]):
+            if not leapfrog:
+                for m in p["migrations"]:
+                    lazy_support[m] = ("unavailable", "leapfrog extension not installed "
+                                       "(make install) or not loadable")
+            else:
+                tpcc.create_schema_only(self.cluster, "tpcc_probe", leapfrog=True)
+                for m in p["migrations"]:
+                    lazy_support[m] = probe_lazy_support(self.cluster.conninfo("tpcc_probe"),
+                                                         MIGRATIONS[m])
+                    self.log(f"leapfrog.start on {m}: {lazy_support[m][0]}"
+                             + (f" ({lazy_support[m][1]})" if lazy_support[m][1] else ""))
+                self._drop_db("tpcc_probe")
+        self.meta["lazy_support"] = {m: {"state": s, "reason": r}
+                                     for m, (s, r) in lazy_support.items()}
+        self.meta["load"] = tpcc.create_template(
+            self.cluster, TEMPLATE, p["warehouses"], workers=max(1, min(4, os.cpu_count() or 2)),
+            leapfrog=leapfrog, log=self.log)
+
+        rate = None
+        for load in p["loads"]:
+            self.results[load] = {}
+            if load == "rate":
+                rate = self._calibrate_rate()
+                self.meta["rate_tps"] = rate
+            migs = p["migrations"] if load != "rate" else p.get("rate_migrations", p["migrations"])
+            self.log(f"== load {load}" + (f" at {rate} tps" if load == "rate" else " (unthrottled)"))
+            base = self.run_one(load, rate if load == "rate" else None, None, "baseline")
+            if load == "saturated":
+                self.meta["saturated_tps"] = base["tps_before"]
+            for m in migs:
+                self.results[load][m] = {"baseline": dict(base)}
+                self._copy_series(load, "baseline", m)
+                for s in p["strategies"]:
+                    if s == "baseline":
+                        continue
+                    only = p.get("only", {}).get((load, s))
+                    if only is not None and m not in only:
+                        continue
+                    if s in LAZY and lazy_support.get(m, ("supported",))[0] != "supported":
+                        st, reason = lazy_support[m]
+                        self.results[load][m][s] = _na(st, reason)
+                        self.log(f"  {m:9s} {s:10s} {st}: {reason}")
+                        continue
+                    r = self.run_one(load, rate if load == "rate" else None, m, s)
+                    if (r.get("tps_before") is not None and base.get("tps_before")
+                            and r["tps_before"] < 0.6 * base["tps_before"]):
+                        r["notes"].append(
+                            f"throughput before the migration was {r['tps_before']} tps, under 60% "
+                            f"of the baseline's {base['tps_before']}: the machine was probably "
+                            "busy with something else; rerun before trusting this row")
+                        self.log("    warning: " + r["notes"][-1])
+                    if r.get("p99_ms") and base.get("p99_ms"):
+                        r["p99_ratio_vs_baseline"] = round(r["p99_ms"] / base["p99_ms"], 2)
+                    self.results[load][m][s] = r
+
+    def _calibrate_rate(self):
+        sat = self.meta.get("saturated_tps")
+        if not sat:
+            self.log("calibrating: short unthrottled baseline")
+            r = self.run_one("calibration", None, None, "baseline",
+                             duration=min(20, self.p["duration"]), record=False)
+            sat = r["tps_before"] or r["tps_window"]
+            self.meta["saturated_tps"] = sat
+        return max(1, int(round(sat * self.p["rate_fraction"])))
+
+    def _drop_db(self, name):
+        self.cluster.wait_ready()
+        with psycopg.connect(self.cluster.conninfo(), autocommit=True) as c:
+            c.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+    def _set_background(self, on):
+        if not self.cluster.leapfrog:
+            return
+        self.cluster.wait_ready()
+        with psycopg.connect(self.cluster.conninfo(), autocommit=True) as c:
+            if on:
+                c.execute("ALTER SYSTEM RESET leapfrog.background")
+            else:
+                c.execute("ALTER SYSTEM SET leapfrog.background = off")
+            c.execute("SELECT pg_reload_conf()")
+
+    # ----------------------------------------------------------------------
+    def run_one(self, load, rate, mname, strat, duration=None, record=True):
+        p = self.p
+        duration = duration or p["duration"]
+        label = f"{load}/{mname or 'none'}/{strat}"
+        rundir = os.path.join(self.out, "raw", load, f"{mname or 'none'}_{strat}")
+        self._drop_db(RUNDB)
+        with psycopg.connect(self.cluster.conninfo(), autocommit=True) as c:
+            c.execute(f"CREATE DATABASE {RUNDB} TEMPLATE {TEMPLATE} STRATEGY FILE_COPY")
+        with psycopg.connect(self.cluster.conninfo(RUNDB), autocommit=True) as c:
+            c.execute("SELECT count(pg_prewarm(oid)) FROM pg_class WHERE relkind IN ('r', 'i')"
+                      " AND relnamespace = 'public'::regnamespace")
+        if strat in LAZY:
+            self._set_background(strat == "lazy")
+        mig = MIGRATIONS[mname] if mname else None
+        pg = PgbenchRun(self.cluster, RUNDB, rundir, p["warehouses"], p["clients"],
+                        p["threads"], duration, rate=rate)
+        stop = threading.Event()
+        pg.start()
+        t_origin = pg.t_start
+        t_m = t_origin + p["migrate_at"]
+        t_end = t_origin + duration
+        drv = DRIVERS[strat](self.cluster.conninfo(RUNDB), mig, t_m, stop,
+                             params={**p.get("multistep", {})}, log=self.log)
+        drv.start()
+        try:
+            pg.wait(timeout=duration + 3600)
+        finally:
+            pg.kill()
+            stop.set()
+        drv.join(timeout=3600)
+        if drv.is_alive():
+            drv.status, drv.error = "failed", "driver still running an hour after the load ended"
+        extra = {}
+        crashes = self.cluster.crashes_in_log()[self._crash_lines:]
+        if crashes:
+            self._crash_lines += len(crashes)
+            extra["server_crash"] = crashes[:3]
+        try:
+            self.cluster.wait_ready()
+            with psycopg.connect(self.cluster.conninfo(RUNDB), autocommit=True) as c:
+                extra["schema_retries"] = c.execute(
+                    "SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM tpcc_schema_retries"
+                ).fetchone()[0]
+                if strat in LAZY and drv.status == "ok" and "complete" not in drv.events:
+                    extra["remaining_at_end"] = c.execute(
+                        "SELECT leapfrog.remaining(%s)", (f"bench_{mname}",)).fetchone()[0]
+        except psycopg.Error as e:
+            extra["post_run_error"] = str(e).splitlines()[0]
+        if strat in LAZY:
+            self._set_background(True)
+        txs = pg.parse()
+        res, series, cdf = metrics.compute(txs, t_origin, t_m, t_end, drv.events,
+                                           tpcc.NEW_ORDER_SCRIPT_NO)
+        pgs = pg.summary()
+        res.update({
+            "status": drv.status, "reason": drv.error, "load": load,
+            "rate_tps": rate, "pgbench": pgs, **extra,
+            "events_s": {k: round(v - t_m, 3) for k, v in drv.events.items()},
+            "notes": drv.notes,
+        })
+        if extra.get("server_crash"):
+            res["status"] = "failed"
+            res["reason"] = "server crashed: " + extra["server_crash"][0][-300:]
+        elif pgs["aborted_clients"] and res["status"] == "ok":
+            res["status"] = "failed"
+            res["reason"] = f"{pgs['aborted_clients']} pgbench clients aborted: " + \
+                "; ".join(pgs["errors_sample"][:2])
+        if res["status"] == "failed" and strat not in LAZY:
+            self.failures.append(f"{label}: {res['reason']}")
+        if not self.keep_raw:
+            pg.compress_logs()
+        self.log(f"  {(mname or 'none'):9s} {strat:10s} {res['status']:6s} "
+                 f"committed={res['committed']} tps_before={res['tps_before']} "
+                 f"switch={res['switch_s']} complete={res['complete_s']} "
+                 f"stall={res['longest_stall_s']} p99={res['p99_ms']}ms "
+                 f"failed={res['failed']} retries={res['retries']}/"
+                 f"{res.get('schema_retries')}")
+        if record:
+            key = (load, mname, strat)
+            self._last_series = series
+            if mname:
+                self._store_series(load, mname, strat, series, drv.progress, t_origin, t_m)
+            else:
+                self._baseline_series = (series, t_origin, t_m)
+            self.cdfs[(load, mname, strat)] = cdf
+            self.markers[key] = {"start": t_m - t_origin,
+                                 **{k: v - t_origin for k, v in drv.events.items()}}
+        return res
+
+    def _store_series(self, load, mname, strat, series, progress, t_origin, t_m):
+        prog = {}
+        for t, f in progress:
+            prog[int(t - t_origin)] = f
+        last = None
+        for row in series:
+            if row["t"] in prog:
+                last = prog[row["t"]]
+            self.series.append({"load": load, "migration": mname, "strategy": strat,
+                                **row, "progress": last})
+        self.progress[(load, mname, strat)] = [(t - t_origin, f) for t, f in progress]
+
+    def _copy_series(self, load, strat, mname):
+        series, t_origin, t_m = self._baseline_series
+        self._store_series(load, mname, strat, series, [], t_origin, t_m)
+        self.cdfs[(load, mname, "baseline")] = self.cdfs[(load, None, "baseline")]
+        self.markers[(load, mname, "baseline")] = self.markers[(load, None, "baseline")]
+
+    # ----------------------------------------------------------------------
+    def write_outputs(self):
+        out = self.out
+        cols = ["load", "migration", "strategy", "t", "t_rel", "committed", "failed",
+                "new_order", "p50_ms", "p95_ms", "p99_ms", "progress"]
+        with open(os.path.join(out, "timeseries.csv"), "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=cols)
+            w.writeheader()
+            for r in self.series:
+                w.writerow(r)
+        primary = "saturated" if "saturated" in self.results else next(iter(self.results), None)
+        summary = {}
+        if primary:
+            for m, strats in self.results[primary].items():
+                summary[m] = strats
+        summary["primary_load"] = primary
+        summary["by_load"] = self.results
+        summary["meta"] = self.meta
+        with open(os.path.join(out, "summary.json"), "w") as f:
+            json.dump(summary, f, indent=2, default=_json_default)
+        figs = plots.render_all(self, out)
+        report.write_markdown(self, os.path.join(out, "summary.md"), figs)
+
+
+def _na(state, reason):
+    return {"status": state, "reason": reason, "switch_s": None, "complete_s": None,
+            "longest_stall_s": None, "committed": None, "p99_ms": None}
+
+
+def _mem_gib():
+    try:
+        with open("/proc/meminfo") as f:
+            kb = int(f.readline().split()[1])
+        return round(kb / 2**20, 1)
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _json_default(o):
+    try:
+        import numpy as np
+        if isinstance(o, np.generic):
+            return o.item()
+    except ImportError:
+        pass
+    return str(o)
+
+
+def try_install(repo, out, log=print):
+    """`make install` of the extension, when its sources exist; failure only
+    means the lazy strategies are reported unavailable."""
+    import glob
+    if not glob.glob(os.path.join(repo, "src", "*.c")):
+        log("no src/*.c: not building the extension")
+        return False
+    log("make install (extension) ...")
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "make-install.log"), "w") as f:
+        r = subprocess.run(["make", "-C", repo, "install"], stdout=f, stderr=subprocess.STDOUT)
+    if r.returncode != 0:
+        log(f"make install failed (see {out}/make-install.log): lazy strategies unavailable")
+        return False
+    return True

@@ -1,0 +1,2 @@
+DROP TRIGGER bench_aggregate_sync ON order_line;
+DROP FUNCTION bench_aggregate_sync();

@@ -1,0 +1,229 @@
+"""How each strategy applies a migration while the load runs.
+
+Every driver records wall-clock events (time.time()):
+  start     the moment the migration was issued
+  switch    the new schema answered (switch committed and a probe query on the
+            new schema returned)
+  complete  nothing is left to migrate (old data gone / copy finished)
+and a progress series [(t, fraction_done)] where it has one.
+"""
+import threading
+import time
+import traceback
+
+import psycopg
+from psycopg import errors
+
+STRATEGIES = ["baseline", "eager", "multistep", "lazy", "lazy_nobg"]
+LAZY = ("lazy", "lazy_nobg")
+
+
+class Driver(threading.Thread):
+    def __init__(self, conninfo, migration, at, stop, params=None, log=print):
+        super().__init__(daemon=True)
+        self.conninfo = conninfo
+        self.mig = migration
+        self.at = at
+        self.stop_ev = stop
+        self.params = params or {}
+        self.log = log
+        self.events = {}
+        self.progress = []
+        self.status = "ok"
+        self.error = None
+        self.notes = []
+
+    def run(self):
+        delay = self.at - time.time()
+        if delay > 0:
+            time.sleep(delay)
+        self.events["start"] = time.time()
+        try:
+            self.apply()
+        except Exception as e:  # noqa: BLE001
+            if isinstance(e, psycopg.Error) and e.sqlstate == "0A000":
+                self.status = "unsupported"
+            else:
+                self.status = "failed"
+            self.error = f"{type(e).__name__}: {e}".strip()
+            self.log(f"    {self.name_()} {self.status}: {self.error.splitlines()[0]}")
+            if self.status == "failed":
+                self.notes.append(traceback.format_exc()[-2000:])
+
+    def name_(self):
+        return type(self).__name__
+
+    def probe(self, conn):
+        """The new schema answers: run the probe query, autocommit."""
+        conn.execute(self.mig.probe_sql).fetchall()
+        self.events["switch"] = time.time()
+
+    def apply(self):
+        raise NotImplementedError
+
+
+class Baseline(Driver):
+    def apply(self):
+        pass
+
+
+class Eager(Driver):
+    """The script in one transaction, inputs locked first (otherwise writes
+    committed during the copy would be lost), new code in the same
+    transaction."""
+
+    def apply(self):
+        with psycopg.connect(self.conninfo, autocommit=True) as c:
+            def run(cc):
+                # Inputs locked up front (several tables: retried on lock
+                # timeout or deadlock, never left half-locked).
+                cc.execute(self.mig.lock_sql(self.mig.eager_lock))
+                self.events["locked"] = time.time()
+                for s in self.mig.statements():
+                    cc.execute(s)
+                cc.execute(self.mig.analyze_sql())
+                cc.execute(self.mig.tx())
+            _with_lock_retries(c, run, lock_timeout_ms=1000, retries=50)
+            self.events["complete"] = time.time()
+            self.probe(c)
+
+
+def _with_lock_retries(conn, fn, lock_timeout_ms=50, retries=200, stop=None):
+    """Run fn(conn) in a transaction under a short lock_timeout, retrying on
+    55P03 so the DDL never queues traffic behind it for long."""
+    for i in range(retries):
+        try:
+            with conn.transaction():
+                conn.execute(f"SET LOCAL lock_timeout = '{lock_timeout_ms}ms'")
+                conn.execute("SET LOCAL statement_timeout = 0")
+                return fn(conn)
+        except (errors.LockNotAvailable, errors.DeadlockDetected):
+            time.sleep(0.01 + 0.002 * i)
+    raise RuntimeError(f"could not get locks after {retries} tries")
+
+
+class Multistep(Driver):
+    """pgroll / pg-osc style: shadow tables kept in sync by triggers, batched
+    background copy, then a cut-over that drops the old tables and deploys
+    the new code (old code runs, with trigger overhead, until then)."""
+
+    def apply(self):
+        n = int(self.params.get("batch_size", 1000))
+        self.batch_retries = 0
+        nap = float(self.params.get("naptime_ms", 0)) / 1000.0
+        with psycopg.connect(self.conninfo, autocommit=True) as c:
+            total = c.execute(self.mig.copy_rows_sql).fetchone()[0] or 1
+
+            def setup(cc):
+                for s in self.mig.create_statements():
+                    cc.execute(s)
+                cc.execute(self.mig.multistep_setup())
+            _with_lock_retries(c, setup)
+            self.events["setup_done"] = time.time()
+            st, done_rows, done = {}, 0, False
+            self.progress.append((time.time(), 0.0))
+            while not done:
+                if self.stop_ev.is_set():
+                    self.notes.append(f"copy stopped at end of window ({done_rows / total:.0%})")
+                    return
+                for attempt in range(50):
+                    saved = dict(st)
+                    try:
+                        with c.transaction():
+                            k, done = self.mig.batch(c, st, n)
+                        break
+                    except (errors.DeadlockDetected, errors.SerializationFailure):
+                        st.clear()
+                        st.update(saved)
+                        self.batch_retries += 1
+                        time.sleep(0.01)
+                else:
+                    raise RuntimeError("copy batch failed 50 times (deadlocks)")
+                done_rows += k
+                self.progress.append((time.time(), min(1.0, done_rows / total)))
+                if nap:
+                    time.sleep(nap)
+            c.execute(self.mig.analyze_sql())
+            self.events["copy_done"] = time.time()
+            if self.batch_retries:
+                self.notes.append(f"{self.batch_retries} copy batches retried after deadlocks")
+
+            def cutover(cc):
+                cc.execute(self.mig.lock_sql("ACCESS EXCLUSIVE"))
+                cc.execute(self.mig.multistep_cutover())
+                cc.execute(self.mig.tx())
+            _with_lock_retries(c, cutover)
+            self.events["complete"] = time.time()
+            self.progress.append((time.time(), 1.0))
+            self.probe(c)
+
+
+class Lazy(Driver):
+    """leapfrog.start + the new code in one transaction; then poll
+    leapfrog.migrations until done (or the end of the window)."""
+
+    def apply(self):
+        name = f"bench_{self.mig.name}"
+        with psycopg.connect(self.conninfo, autocommit=False) as c:
+            for attempt in range(20):
+                try:
+                    c.execute("SELECT leapfrog.start(%s, %s)", (name, self.mig.script()))
+                    c.execute(self.mig.tx())
+                    c.commit()
+                    break
+                except errors.LockNotAvailable:
+                    c.rollback()
+                    time.sleep(0.05)
+            else:
+                raise RuntimeError("leapfrog.start: locks not obtained after 20 tries")
+            self.events["started"] = time.time()
+            c.autocommit = True
+            self.probe(c)
+            self.poll(c, name)
+
+    def poll(self, c, name):
+        interval = float(self.params.get("poll_s", 0.25))
+        while not self.stop_ev.is_set():
+            row = c.execute(
+                "SELECT state, tuples_total, tuples_migrated, error FROM leapfrog.migrations"
+                " WHERE name = %s", (name,)).fetchone()
+            now = time.time()
+            if row is None:
+                self.notes.append("migration vanished from leapfrog.migrations")
+                return
+            state, total, migrated, err = row
+            if total:
+                self.progress.append((now, min(1.0, (migrated or 0) / total)))
+            if state == "done":
+                self.events["complete"] = now
+                self.progress.append((now, 1.0))
+                return
+            if state == "failed":
+                self.status = "failed"
+                self.error = f"leapfrog migration failed: {err}"
+                return
+            self.stop_ev.wait(interval)
+        self.notes.append("not complete at end of window")
+
+
+DRIVERS = {"baseline": Baseline, "eager": Eager, "multistep": Multistep,
+           "lazy": Lazy, "lazy_nobg": Lazy}
+
+
+def probe_lazy_support(conninfo, migration):
+    """Ask leapfrog.start whether it accepts this migration script, on an
+    empty schema, rolled back.  Returns (state, reason), state one of
+    "supported", "unsupported" (SQLSTATE 0A000) or "error"."""
+    try:
+        with psycopg.connect(conninfo, autocommit=False) as c:
+            try:
+                c.execute("SELECT leapfrog.start(%s, %s)",
+                          (f"probe_{migration.name}", migration.script()))
+                return "supported", None
+            except psycopg.Error as e:
+                msg = f"leapfrog.start: SQLSTATE {e.sqlstate}: {str(e).splitlines()[0]}"
+                return ("unsupported" if e.sqlstate == "0A000" else "error"), msg
+            finally:
+                c.rollback()
+    except psycopg.Error as e:
+        return "error", f"probe failed: {e}"

@@ -1,0 +1,316 @@
+#!/usr/bin/env python3
+"""Leapfrog demo (run it through scripts/demo.sh, which builds the extension).
+
+On a throwaway PostgreSQL 15 cluster with leapfrog preloaded:
+ 1. load TPC-C (W=50 by default: 1.5M customers);
+ 2. run the split migration eagerly on a copy of the database, with no load,
+    to show what it costs (the table locked for that long) and to keep its
+    result as the oracle;
+ 3. start a live TPC-C load (pgbench, the five transactions);
+ 4. apply the same migration with leapfrog.start, the new application code in
+    the same transaction, and print the switch time;
+ 5. show a progress bar (leapfrog.remaining / leapfrog.migrations) until the
+    background worker and the load have moved every row;
+ 6. stop the load and print its error count (expected: 0);
+ 7. check the result: row counts and keys, the columns the load never writes
+    against the eager oracle (checksums), and TPC-C money/count invariants
+    across the switch (a lost or doubled row or update breaks them);
+ 8. write a plot (throughput, switch, progress) and print its path.
+"""
+import argparse
+import os
+import sys
+import threading
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "bench"))
+
+import psycopg  # noqa: E402
+
+from leapfrog_bench import tpcc  # noqa: E402
+from leapfrog_bench.cluster import Cluster, default_settings, extension_installed  # noqa: E402
+from leapfrog_bench.migrations import MIGRATIONS  # noqa: E402
+from leapfrog_bench.workload import PgbenchRun  # noqa: E402
+
+MIG = MIGRATIONS["split"]
+NAME = "demo_split"
+
+
+def say(msg=""):
+    print(msg, flush=True)
+
+
+def not_built():
+    log = os.environ.get("LEAPFROG_DEMO_INSTALL_LOG")
+    say("")
+    say("Leapfrog is not built yet: `make install` did not produce the extension.")
+    if log and os.path.exists(log):
+        with open(log, errors="replace") as f:
+            lines = [ln.rstrip() for ln in f if "error" in ln.lower()]
+        if lines:
+            say("First errors from the build (full log: %s):" % log)
+            for ln in lines[:5]:
+                say("    " + ln)
+    say("The demo needs the extension (leapfrog.start).  Once `make install` works,")
+    say("run `make demo` again.  The eager side alone: scripts/demo.sh --eager-only")
+    return 3
+
+
+def checksums(conn):
+    """Order-independent checksums of what the load never writes."""
+    pub = conn.execute(
+        "SELECT count(*), sum(hashtext(p::text)::bigint) FROM customer_public p").fetchone()
+    prv = conn.execute(
+        "SELECT count(*), sum(hashtext(row(c_w_id, c_d_id, c_id, c_credit, c_credit_lim,"
+        " c_discount)::text)::bigint) FROM customer_private").fetchone()
+    return {"public": tuple(pub), "private_static": tuple(prv)}
+
+
+INVARIANTS_OLD = """
+SELECT (SELECT sum(c_ytd_payment) FROM customer) - (SELECT sum(h_amount) FROM history),
+       (SELECT sum(c_payment_cnt) FROM customer) - (SELECT count(*) FROM history),
+       (SELECT sum(c_delivery_cnt) FROM customer)
+         - (SELECT count(*) FROM orders WHERE o_carrier_id IS NOT NULL),
+       (SELECT sum(c_balance) + sum(c_ytd_payment) FROM customer)
+         - (SELECT coalesce(sum(ol_amount), 0) FROM order_line WHERE ol_delivery_d IS NOT NULL)
+"""
+INVARIANTS_NEW = INVARIANTS_OLD.replace("FROM customer)", "FROM customer_private)")
+INVARIANT_NAMES = ["sum(c_ytd_payment) - sum(h_amount)",
+                   "sum(c_payment_cnt) - count(history)",
+                   "sum(c_delivery_cnt) - delivered orders",
+                   "sum(c_balance + c_ytd_payment) - delivered amounts"]
+
+
+class Load(threading.Thread):
+    """TPC-C load as back-to-back 5-second pgbench runs (each one ends with
+    complete counts), until stopped."""
+
+    def __init__(self, cluster, db, outdir, warehouses, clients, rate):
+        super().__init__(daemon=True)
+        self.args = (cluster, db, warehouses, clients, rate)
+        self.outdir = outdir
+        self.stop_ev = threading.Event()
+        self.runs = []
+        self.txs = []
+        self.errors = []
+
+    def run(self):
+        cluster, db, W, clients, rate = self.args
+        i = 0
+        while not self.stop_ev.is_set():
+            pg = PgbenchRun(cluster, db, os.path.join(self.outdir, f"load{i:03d}"), W,
+                            clients, min(2, clients), 5, rate=rate)
+            pg.start()
+            pg.wait()
+            s = pg.summary()
+            self.runs.append(s)
+            self.txs += pg.parse()
+            if s["aborted_clients"] or s["rc"] not in (0,):
+                self.errors += s["errors_sample"] or [f"pgbench exit {s['rc']}"]
+            i += 1
+
+    def totals(self):
+        ok = sum(1 for t in self.txs if t[1] is not None)
+        failed = sum(1 for t in self.txs if t[1] is None)
+        aborted = sum(r["aborted_clients"] for r in self.runs)
+        return ok, failed, aborted
+
+    def recent_tps(self, window=3.0):
+        now = time.time()
+        n = sum(1 for t in self.txs[-5000:] if t[1] is not None and now - 8 < t[0] <= now - 5 + window)
+        return n / window
+
+
+def bar(frac, width=40):
+    n = int(round(frac * width))
+    return "[" + "#" * n + "." * (width - n) + "]"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--warehouses", type=int, default=50,
+                    help="TPC-C scale; 50 gives the 1.5M-row customer table (default)")
+    ap.add_argument("--rate", type=int, default=300, help="load, transactions per second")
+    ap.add_argument("--clients", type=int, default=8)
+    ap.add_argument("--eager-only", action="store_true",
+                    help="without the extension: show the eager migration only")
+    ap.add_argument("--timeout", type=int, default=900,
+                    help="give up waiting for the migration after this many seconds")
+    args = ap.parse_args()
+
+    have_ext = extension_installed() and os.environ.get("LEAPFROG_DEMO_INSTALL") != "failed"
+    if not have_ext and not args.eager_only:
+        return not_built()
+
+    out = os.path.join(REPO, "bench", "out", "demo-" + time.strftime("%Y%m%d-%H%M%S"))
+    os.makedirs(out, exist_ok=True)
+    W = args.warehouses
+    say(f"Leapfrog demo: TPC-C W={W} ({W * 30000:,} customers); output in {out}")
+    cl = Cluster(settings=default_settings("6GB" if W >= 20 else "2GB"),
+                 preload_leapfrog=have_ext, log=say)
+    load = None
+    try:
+        cl.init().start()
+        cl.wait_ready()
+        say(f"cluster: {cl.dir} (port {cl.port}), leapfrog preloaded: {cl.leapfrog}")
+        t = time.time()
+        tpcc.create_template(cl, "tpcc", W, workers=2, leapfrog=have_ext,
+                             log=lambda m: say(m))
+        say(f"loaded in {time.time() - t:.0f}s")
+
+        # -- eager oracle ---------------------------------------------------
+        with psycopg.connect(cl.conninfo(), autocommit=True) as c:
+            c.execute("CREATE DATABASE oracle TEMPLATE tpcc STRATEGY FILE_COPY")
+        with psycopg.connect(cl.conninfo("oracle")) as c:
+            t = time.time()
+            c.execute(MIG.lock_sql(MIG.eager_lock))
+            for s in MIG.statements():
+                c.execute(s)
+            c.execute(MIG.tx())
+            c.commit()
+            eager_s = time.time() - t
+            oracle = checksums(c)
+        with psycopg.connect(cl.conninfo(), autocommit=True) as c:
+            c.execute("DROP DATABASE oracle")
+        say(f"eager split of customer ({oracle['public'][0]:,} rows), no load: {eager_s:.1f}s "
+            f"-- customer would be locked that long, stalling 4 of the 5 TPC-C transactions")
+        if not have_ext:
+            say("")
+            return not_built()
+
+        # -- live load, then the lazy switch ----------------------------------
+        with psycopg.connect(cl.conninfo("tpcc"), autocommit=True) as c:
+            before = c.execute(INVARIANTS_OLD).fetchone()
+            n_rows = c.execute("SELECT count(*) FROM customer").fetchone()[0]
+        load = Load(cl, "tpcc", out, W, args.clients, args.rate)
+        load.start()
+        say(f"TPC-C load started: {args.rate} tps, {args.clients} clients")
+        time.sleep(6)
+        with psycopg.connect(cl.conninfo("tpcc")) as c:
+            t0 = time.time()
+            c.execute("SELECT leapfrog.start(%s, %s)", (NAME, MIG.script()))
+            c.execute(MIG.tx())
+            c.commit()
+            t_commit = time.time()
+            c.autocommit = True
+            c.execute(MIG.probe_sql).fetchall()
+            t_switch = time.time()
+        say(f"leapfrog.start + new code committed in {(t_commit - t0) * 1000:.0f} ms; "
+            f"new schema answered after {(t_switch - t0) * 1000:.0f} ms "
+            f"(eager: {eager_s * 1000:.0f} ms)")
+
+        done_at = None
+        progress = []
+        with psycopg.connect(cl.conninfo("tpcc"), autocommit=True) as c:
+            while True:
+                st, err = c.execute("SELECT state, error FROM leapfrog.migrations WHERE name = %s",
+                                    (NAME,)).fetchone()
+                rem = c.execute("SELECT leapfrog.remaining(%s)", (NAME,)).fetchone()[0] \
+                    if st == "running" else 0
+                frac = 1.0 - (rem or 0) / max(1, n_rows)
+                now = time.time()
+                progress.append((now, frac))
+                ok, failed, aborted = load.totals()
+                sys.stdout.write(f"\r{bar(frac)} {frac:6.1%} migrated, {rem or 0:>9,} rows left,"
+                                 f" {now - t0:5.1f}s | load: {ok:,} tx, {failed + aborted} errors ")
+                sys.stdout.flush()
+                if st == "done":
+                    done_at = now
+                    break
+                if st == "failed":
+                    say(f"\nmigration failed: {err}")
+                    break
+                if now - t0 > args.timeout:
+                    say("\ngave up waiting (--timeout)")
+                    break
+                time.sleep(0.5)
+        say("")
+        if done_at:
+            say(f"migration complete after {done_at - t0:.1f}s (eager copy: {eager_s:.1f}s, "
+                f"ratio {(done_at - t0) / eager_s:.2f})")
+        time.sleep(3)
+        load.stop_ev.set()
+        load.join()
+        ok, failed, aborted = load.totals()
+        say(f"load stopped: {ok:,} transactions committed, {failed} failed, "
+            f"{aborted} clients aborted" + (f"; errors: {load.errors[:3]}" if load.errors else ""))
+
+        # -- checks -----------------------------------------------------------
+        good = True
+        with psycopg.connect(cl.conninfo("tpcc"), autocommit=True) as c:
+            if done_at:
+                got = checksums(c)
+                for k in ("public", "private_static"):
+                    same = got[k] == oracle[k]
+                    good &= same
+                    say(f"  {'ok  ' if same else 'FAIL'} customer_{k} rows and checksum match the "
+                        f"eager result: {got[k][0]:,} rows")
+                orphans = c.execute(
+                    "SELECT count(*) FROM customer_private a FULL JOIN customer_public b"
+                    " USING (c_w_id, c_d_id, c_id) WHERE a.c_id IS NULL OR b.c_id IS NULL"
+                ).fetchone()[0]
+                good &= orphans == 0
+                say(f"  {'ok  ' if orphans == 0 else 'FAIL'} same keys in both new tables "
+                    f"({orphans} unmatched)")
+                after = c.execute(INVARIANTS_NEW).fetchone()
+                for name, b, a in zip(INVARIANT_NAMES, before, after):
+                    same = b == a
+                    good &= same
+                    say(f"  {'ok  ' if same else 'FAIL'} invariant {name}: before {b}, after {a}")
+            else:
+                good = False
+        good &= failed + aborted == 0
+        png = plot(out, load, t0, t_switch, done_at, progress, eager_s)
+        say(f"plot: {png}")
+        say("RESULT: " + ("all checks passed" if good else "CHECKS FAILED"))
+        return 0 if good else 1
+    finally:
+        if load and load.is_alive():
+            load.stop_ev.set()
+            load.join(timeout=30)
+        cl.destroy()
+
+
+def plot(out, load, t0, t_switch, done_at, progress, eager_s):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+    ends = np.array([t[0] for t in load.txs if t[1] is not None])
+    origin = ends.min() if len(ends) else t0
+    sec = np.floor(ends - origin).astype(int)
+    tps = np.bincount(sec) if len(sec) else np.array([0])
+    fig, ax = plt.subplots(figsize=(10, 4))
+    ax.plot(np.arange(len(tps)) + 0.5, tps, color="#2ca02c", label="committed tx/s (live load)")
+    ax.axvline(t0 - origin, color="purple", ls="--", lw=1)
+    ax.plot([t0 - origin], [tps[min(len(tps) - 1, int(t0 - origin))]], "o", ms=11, mfc="none",
+            mec="purple", mew=2, label=f"leapfrog.start (switch {1000 * (t_switch - t0):.0f} ms)")
+    if done_at:
+        ax.plot([done_at - origin], [tps[min(len(tps) - 1, int(done_at - origin))]], "o", ms=10,
+                mfc="none", mec="#2ca02c", mew=2, label=f"migration done ({done_at - t0:.1f}s)")
+    ax.axvspan(t0 - origin, t0 - origin + eager_s, color="#d62728", alpha=0.08,
+               label=f"eager would lock customer ({eager_s:.1f}s)")
+    ax.set_xlabel("Seconds")
+    ax.set_ylabel("Txns/sec")
+    ax.set_ylim(0, max(1, tps.max()) * 1.3)
+    ax2 = ax.twinx()
+    if progress:
+        pt, pf = zip(*progress)
+        ax2.plot(np.array(pt) - origin, pf, color="#1f77b4", lw=1, ls=":", label="fraction migrated")
+    ax2.set_ylim(0, 1.05)
+    ax2.set_ylabel("Fraction migrated")
+    h1, l1 = ax.get_legend_handles_labels()
+    h2, l2 = ax2.get_legend_handles_labels()
+    ax.legend(h1 + h2, l1 + l2, fontsize=8, loc="lower right")
+    ax.set_title("Leapfrog demo: split of customer under a live TPC-C load")
+    fig.tight_layout()
+    path = os.path.join(out, "demo.png")
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+if __name__ == "__main__":
+    sys.exit(main())
