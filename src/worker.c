@@ -340,61 +340,96 @@ lf_remaining(LfMigration *mig)
 	return total;
 }
 
-/* Completion: drop the retired inputs and mark the migration done. */
-typedef struct CompleteArg
-{
-	LfMigration *mig;
-	bool		done;
-} CompleteArg;
-
+/*
+ * Completion.  Once a fresh snapshot sees no row left in any input, no row
+ * can come back (inputs only ever lose rows, and a claim not yet committed
+ * still shows the row), so the migration is marked done at once: statements
+ * stop migrating and plans lose their LeapfrogMigrate node.  Dropping the
+ * retired tables needs AccessExclusiveLock, which transactions that read
+ * them may hold for a while: it is tried without waiting, and retried by
+ * the worker (drop_retired) until it succeeds.
+ */
 static void
-complete_attempt(void *arg)
+drop_retired(List *relids)
 {
-	CompleteArg *ca = arg;
-	LfMigration *mig = ca->mig;
 	ListCell   *lc;
-	Oid			types[1] = {INT4OID};
-	Datum		values[1] = {Int32GetDatum(mig->id)};
 
-	ca->done = false;
-	lf_lock_inputs(mig, AccessExclusiveLock);
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-	if (lf_remaining(mig) > 0)
+	foreach(lc, relids)
 	{
-		SPI_finish();
-		return;
-	}
-	foreach(lc, mig->inputs)
-	{
+		Oid			relid = lfirst_oid(lc);
 		ObjectAddress addr;
 
-		ObjectAddressSet(addr, RelationRelationId, lfirst_oid(lc));
+		if (!ConditionalLockRelationOid(relid, AccessExclusiveLock))
+			continue;
+		if (!OidIsValid(get_rel_namespace(relid)))
+			continue;			/* dropped meanwhile */
+		ObjectAddressSet(addr, RelationRelationId, relid);
 		performDeletion(&addr, DROP_RESTRICT, PERFORM_DELETION_INTERNAL);
 	}
-	lf_spi_exec_as_catalog_owner("UPDATE leapfrog.migration SET state = 'done', error = NULL, "
-								 "finished_at = pg_catalog.clock_timestamp(), "
-								 "tuples_total = (SELECT COALESCE(pg_catalog.sum(n), 0) "
-								 "FROM leapfrog.progress WHERE migration_id = $1) WHERE id = $1",
-								 1, types, values, SPI_OK_UPDATE);
-	SPI_finish();
-	/* plans of the new tables lose their LeapfrogMigrate node */
-	foreach(lc, mig->mappings)
-		CacheInvalidateRelcacheByRelid(((LfMapping *) lfirst(lc))->target);
-	lf_invalidate_all();
-	ca->done = true;
 }
 
 bool
 lf_try_complete(LfMigration *mig, bool wait_for_locks)
 {
-	CompleteArg ca = {mig, false};
+	ListCell   *lc;
+	Oid			types[1] = {INT4OID};
+	Datum		values[1] = {Int32GetDatum(mig->id)};
 	char	   *name = pstrdup(mig->name);
+	List	   *inputs = list_copy(mig->inputs);
+	List	   *targets = NIL;
 
-	lf_with_lock_retries(complete_attempt, &ca, "the migration completion");
-	if (ca.done)
-		ereport(LOG, (errmsg("leapfrog: migration \"%s\" done", name)));
-	return ca.done;
+	foreach(lc, mig->mappings)
+		targets = lappend_oid(targets, ((LfMapping *) lfirst(lc))->target);
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	if (lf_remaining(mig) > 0)
+	{
+		SPI_finish();
+		return false;
+	}
+	lf_spi_exec_as_catalog_owner("UPDATE leapfrog.migration SET state = 'done', error = NULL, "
+								 "finished_at = pg_catalog.clock_timestamp(), "
+								 "tuples_total = (SELECT COALESCE(pg_catalog.sum(n), 0) "
+								 "FROM leapfrog.progress WHERE migration_id = $1) "
+								 "WHERE id = $1 AND state <> 'done'",
+								 1, types, values, SPI_OK_UPDATE);
+	SPI_finish();
+	/* plans of the new tables lose their LeapfrogMigrate node */
+	foreach(lc, targets)
+		CacheInvalidateRelcacheByRelid(lfirst_oid(lc));
+	lf_invalidate_all();
+	CommandCounterIncrement();
+	drop_retired(inputs);
+	ereport(LOG, (errmsg("leapfrog: migration \"%s\" done", name)));
+	return true;
+}
+
+/* Retired tables of finished migrations that still exist. */
+static List *
+leftover_retired(MemoryContext cxt)
+{
+	List	   *result = NIL;
+	uint64		i;
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	if (SPI_execute("SELECT i.relid FROM leapfrog.input i JOIN leapfrog.migration m "
+					"ON m.id = i.migration_id WHERE m.state = 'done' "
+					"AND EXISTS (SELECT 1 FROM pg_catalog.pg_class c WHERE c.oid = i.relid)",
+					false, 0) != SPI_OK_SELECT)
+		elog(ERROR, "leapfrog: could not list retired tables");
+	for (i = 0; i < SPI_processed; i++)
+	{
+		bool		isnull;
+		MemoryContext old = MemoryContextSwitchTo(cxt);
+
+		result = lappend_oid(result,
+							 DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[i],
+															SPI_tuptable->tupdesc, 1, &isnull)));
+		MemoryContextSwitchTo(old);
+	}
+	SPI_finish();
+	return result;
 }
 
 void
@@ -622,7 +657,8 @@ worker_batch(int migration_id)
 
 /* Migrations of this database that want the worker, and how long to sleep. */
 static List *
-runnable_migrations(long *sleep_ms, bool *any_running)
+runnable_migrations(MemoryContext cxt, long *sleep_ms, bool *any_running,
+					List **leftovers)
 {
 	List	   *ids = NIL;
 	ListCell   *lc;
@@ -630,9 +666,12 @@ runnable_migrations(long *sleep_ms, bool *any_running)
 
 	*any_running = false;
 	*sleep_ms = 1000;
+	*leftovers = NIL;
 	StartTransactionCommand();
 	PushActiveSnapshot(GetTransactionSnapshot());
 	lf_cache_load();
+	if (OidIsValid(lf_catalog_relid()))
+		*leftovers = leftover_retired(cxt);
 	foreach(lc, lf_active)
 	{
 		LfMigration *m = lfirst(lc);
@@ -646,7 +685,12 @@ runnable_migrations(long *sleep_ms, bool *any_running)
 		if (due > now)
 			*sleep_ms = Min(*sleep_ms, (long) ((due - now) / 1000) + 1);
 		else
+		{
+			MemoryContext old = MemoryContextSwitchTo(cxt);
+
 			ids = lappend_int(ids, m->id);
+			MemoryContextSwitchTo(old);
+		}
 	}
 	PopActiveSnapshot();
 	CommitTransactionCommand();
@@ -658,6 +702,7 @@ lf_worker_main(Datum arg)
 {
 	Oid			dboid = DatumGetObjectId(arg);
 	LfSlot	   *s;
+	MemoryContext loop_cxt;
 
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, die);
@@ -671,12 +716,15 @@ lf_worker_main(Datum arg)
 	LWLockRelease(lf_shared->lock);
 	before_shmem_exit(worker_exit, (Datum) 0);
 	pgstat_report_appname("leapfrog worker");
+	loop_cxt = AllocSetContextCreate(TopMemoryContext, "leapfrog worker loop",
+									 ALLOCSET_DEFAULT_SIZES);
 
 	for (;;)
 	{
 		long		sleep_ms;
 		bool		any_running;
 		List	   *ids;
+		List	   *leftovers;
 		ListCell   *lc;
 		bool		worked = false;
 
@@ -691,7 +739,22 @@ lf_worker_main(Datum arg)
 			s->wanted = false;
 		LWLockRelease(lf_shared->lock);
 
-		ids = runnable_migrations(&sleep_ms, &any_running);
+		MemoryContextReset(loop_cxt);
+		ids = runnable_migrations(loop_cxt, &sleep_ms, &any_running, &leftovers);
+		if (leftovers != NIL)
+		{
+			StartTransactionCommand();
+			drop_retired(leftovers);
+			CommitTransactionCommand();
+		}
+		if (!any_running && leftovers != NIL)
+		{
+			/* retired tables still locked by some transaction: try again soon */
+			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+							 1000, PG_WAIT_EXTENSION);
+			ResetLatch(MyLatch);
+			continue;
+		}
 		if (!any_running)
 		{
 			bool		wanted;
