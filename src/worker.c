@@ -609,6 +609,8 @@ worker_batch(int migration_id)
 			volatile bool bad = false;
 			char	   *volatile msg = NULL;
 
+			char	   *volatile iname;
+
 			StartTransactionCommand();
 			PushActiveSnapshot(GetTransactionSnapshot());
 			lf_cache_load();
@@ -616,6 +618,9 @@ worker_batch(int migration_id)
 			foreach(lc, lf_active)
 				if (((LfMigration *) lfirst(lc))->id == migration_id)
 					mig = lfirst(lc);
+			/* names are unreadable once the transaction is aborted */
+			iname = MemoryContextStrdup(TopMemoryContext,
+										get_rel_name(input) ? get_rel_name(input) : "?");
 			PG_TRY();
 			{
 				if (mig)
@@ -635,13 +640,15 @@ worker_batch(int migration_id)
 				msg = psprintf("input row (%u,%u) of %s: %s",
 							   ItemPointerGetBlockNumberNoCheck(&tids[i]),
 							   ItemPointerGetOffsetNumberNoCheck(&tids[i]),
-							   get_rel_name(input) ? get_rel_name(input) : "?", e->message);
+							   iname, e->message);
 			}
 			PG_END_TRY();
 			if (bad)
 			{
 				StartTransactionCommand();
+				PushActiveSnapshot(GetTransactionSnapshot());
 				lf_mark_failed(migration_id, msg);
+				PopActiveSnapshot();
 				CommitTransactionCommand();
 				ereport(LOG, (errmsg("leapfrog: migration failed: %s", msg)));
 				pfree(tids);
