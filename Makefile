@@ -13,7 +13,7 @@ ifneq ($(PGXS),)
 include $(PGXS)
 endif
 
-.PHONY: deps demo test
+.PHONY: deps demo test bench bench-quick bench-smoke
 deps:
 	./scripts/install-deps.sh
 
@@ -22,3 +22,13 @@ demo: deps
 
 test: deps
 	./scripts/test.sh
+
+# Benchmarks are not tests: they report figures (bench/README.md).
+bench-smoke: deps
+	.venv/bin/python bench/run.py --profile smoke
+
+bench-quick: deps
+	.venv/bin/python bench/run.py --profile quick
+
+bench: deps
+	.venv/bin/python bench/run.py --profile full
