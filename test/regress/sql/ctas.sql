@@ -28,7 +28,6 @@ INSERT INTO item VALUES (11, 'DUP11', 1);
 
 SET search_path = ct_lazy;
 SELECT leapfrog.start('ctas', :'script');
-SELECT * FROM public.regress_shape('ct_lazy.item');
 SELECT leapfrog.remaining('ctas');
 SELECT * FROM item WHERE id = 3;
 SELECT leapfrog.remaining('ctas');
@@ -52,6 +51,8 @@ SELECT * FROM item WHERE id IN (10, 11) ORDER BY id;
 SELECT leapfrog.remaining('ctas');
 
 SELECT leapfrog.complete('ctas');
+-- The definition of the new table.
+SELECT * FROM public.regress_shape('ct_lazy.item');
 SELECT name, state, tuples_total, tuples_migrated, error
   FROM leapfrog.migrations WHERE name = 'ctas';
 SELECT * FROM public.regress_compare('ct_lazy.item', 'ct_eager.item');
