@@ -28,7 +28,7 @@ PG_ISOLATION_REGRESS=$PGXS_DIR/src/test/isolation/pg_isolation_regress
 
 echo "== build and install"
 if ! make -s || ! make -s install; then
-    echo "build or install failed"
+    echo "build or install failed (make install writes into $("$PG_CONFIG" --pkglibdir) and $("$PG_CONFIG" --sharedir)/extension: run as root)"
     echo "0 passed, 1 failed"
     exit 1
 fi
@@ -46,8 +46,8 @@ stop_servers() {
 trap stop_servers EXIT
 trap 'exit 130' INT TERM
 mkdir -p "$WORK/repo" "$WORK/tmp"
-tar -C "$ROOT" --exclude=./.git --exclude=./.venv --exclude='*.o' --exclude='*.so' \
-    --exclude='*.bc' -cf - . | tar -C "$WORK/repo" -xf -
+tar -C "$ROOT" --exclude=./.git --exclude=./.venv --exclude=./bench/out --exclude='*.o' \
+    --exclude='*.so' --exclude='*.bc' -cf - . | tar -C "$WORK/repo" -xf -
 if [ "$(id -u)" -eq 0 ]; then
     RUN=(runuser -u postgres --)
     chown -R postgres: "$WORK"
