@@ -94,6 +94,7 @@ class Load(threading.Thread):
         self.runs = []
         self.txs = []
         self.errors = []
+        self.unexplained = 0
 
     def run(self):
         cluster, db, W, clients, rate = self.args
@@ -106,14 +107,16 @@ class Load(threading.Thread):
             s = pg.summary()
             self.runs.append(s)
             self.txs += pg.parse()
-            if s["aborted_clients"] or s["rc"] not in (0,):
+            if s["aborted_clients"] or s["rc"] != 0:
                 self.errors += s["errors_sample"] or [f"pgbench exit {s['rc']}"]
+                if not s["aborted_clients"]:
+                    self.unexplained += 1
             i += 1
 
     def totals(self):
         ok = sum(1 for t in self.txs if t[1] is not None)
         failed = sum(1 for t in self.txs if t[1] is None)
-        aborted = sum(r["aborted_clients"] for r in self.runs)
+        aborted = sum(r["aborted_clients"] for r in self.runs) + self.unexplained
         return ok, failed, aborted
 
     def recent_tps(self, window=3.0):
@@ -281,7 +284,7 @@ def plot(out, load, t0, t_switch, done_at, progress, eager_s):
     ends = np.array([t[0] for t in load.txs if t[1] is not None])
     origin = ends.min() if len(ends) else t0
     sec = np.floor(ends - origin).astype(int)
-    tps = np.bincount(sec) if len(sec) else np.array([0])
+    tps = np.bincount(sec)[:-1] if len(sec) > 1 else np.array([0])  # last second is partial
     fig, ax = plt.subplots(figsize=(10, 4))
     ax.plot(np.arange(len(tps)) + 0.5, tps, color="#2ca02c", label="committed tx/s (live load)")
     ax.axvline(t0 - origin, color="purple", ls="--", lw=1)

@@ -68,6 +68,10 @@ def compute(txs, t_origin, t_m, t_end, events, new_order_script=0):
         "window_s": _r(t_end - t_m, 1),
         "tps_window": _r(wok.sum() / max(1e-9, t_end - t_m), 1),
         "tps_before": _r(pre.sum() / pre_span, 1),
+        # throughput kept in the window relative to the same run before the
+        # migration: insensitive to the machine's speed drifting between runs
+        "tps_window_vs_before": _r((wok.sum() / max(1e-9, t_end - t_m)) / (pre.sum() / pre_span))
+        if pre.sum() else None,
         "p50_ms": _r(_pct(lw, 50)),
         "p95_ms": _r(_pct(lw, 95)),
         "p99_ms": _r(_pct(lw, 99)),

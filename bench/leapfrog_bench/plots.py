@@ -40,6 +40,7 @@ def throughput_figure(runner, load, path):
     for ax, mig in zip(axes[:, 0], migs):
         start_marked = False
         ymax = 1
+        xmax = 1
         for s in ORDER:
             if not _ok(runner, load, mig, s):
                 continue
@@ -57,12 +58,18 @@ def throughput_figure(runner, load, path):
                 ax.axvline(mk["start"], color="purple", lw=0.7, ls="--", alpha=0.6)
                 start_marked = True
             if s != "baseline" and "complete" in mk and len(y):
-                i = min(len(y) - 1, int(mk["complete"]))
-                ax.plot([mk["complete"]], [y[i]], "o", ms=9, mfc="none",
-                        mec=st["color"], mew=2, zorder=5)
+                tc = mk["complete"]
+                if tc <= len(y):
+                    i = min(len(y) - 1, int(tc))
+                    ax.plot([tc], [y[i]], "o", ms=9, mfc="none", mec=st["color"], mew=2, zorder=5)
+                else:  # finished after the end of the run
+                    ax.annotate(f"done at {tc:.0f}s", xy=(len(y), 0), xytext=(len(y) - 0.5, 0),
+                                fontsize=7, color=st["color"], ha="right", va="bottom")
+            xmax = max(xmax, len(y))
         ax.set_title(runner_title(mig), fontsize=10)
         ax.set_ylabel("Txns/sec")
         ax.set_ylim(0, ymax * 1.15)
+        ax.set_xlim(0, xmax)
         ax.grid(alpha=0.3)
         notes = [f"{STYLE[s]['label']}: {runner.results[load][mig][s]['status']}"
                  for s in ORDER if s in runner.results[load][mig] and not _ok(runner, load, mig, s)]

@@ -14,10 +14,11 @@ PROFILES = {
         shared_buffers="512MB", rate_fraction=0.65,
         multistep=dict(batch_size=1000, naptime_ms=0),
     ),
-    # A few minutes: every migration and strategy at saturation, and the
-    # split at a fixed rate with headroom.
+    # Under 10 minutes: every migration and strategy at saturation, and the
+    # split at a fixed rate with headroom.  W=10 (300k customers) makes the
+    # eager split stall a few seconds, a fifth of the window.
     "quick": dict(
-        warehouses=4, clients=8, threads=2, duration=30, migrate_at=8,
+        warehouses=10, clients=8, threads=2, duration=25, migrate_at=6,
         loads=["saturated", "rate"], migrations=["split", "aggregate", "join"],
         rate_migrations=["split"],
         strategies=["baseline", "eager", "multistep", "lazy", "lazy_nobg"],
@@ -32,7 +33,7 @@ PROFILES = {
         warehouses=50, clients=16, threads=2, duration=240, migrate_at=30,
         loads=["saturated", "rate"], migrations=["split", "aggregate", "join"],
         strategies=["baseline", "eager", "multistep", "lazy", "lazy_nobg"],
-        shared_buffers="8GB", rate_fraction=0.65,
+        shared_buffers="6GB", rate_fraction=0.65,
         multistep=dict(batch_size=1000, naptime_ms=0),
     ),
 }

@@ -4,7 +4,7 @@
 ORDER = ["baseline", "eager", "multistep", "lazy", "lazy_nobg"]
 COLS = [("switch_s", "switch s"), ("complete_s", "complete s"),
         ("longest_stall_s", "longest stall s"), ("committed", "committed"),
-        ("tps_window", "tps"), ("p50_ms", "p50 ms"), ("p99_ms", "p99 ms"),
+        ("tps_window", "tps"), ("tps_window_vs_before", "tps / own tps before"), ("p50_ms", "p50 ms"), ("p99_ms", "p99 ms"),
         ("p99_ratio_vs_baseline", "p99 / baseline p99"), ("failed", "failed"),
         ("schema_retries", "schema retries")]
 RATIOS = [("committed", "committed"), ("longest_stall_s", "longest stall"),

@@ -95,6 +95,11 @@ class Runner:
             self.cluster, TEMPLATE, p["warehouses"], workers=max(1, min(4, os.cpu_count() or 2)),
             leapfrog=leapfrog, log=self.log)
 
+        # Warm-up (not recorded): the first run after the load is otherwise
+        # slower than the rest and would skew the baseline.
+        self.log("warm-up run (not recorded)")
+        self.run_one("warmup", None, None, "baseline", duration=min(8, p["duration"]),
+                     record=False)
         rate = None
         for load in p["loads"]:
             self.results[load] = {}

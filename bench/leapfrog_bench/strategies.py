@@ -182,11 +182,32 @@ class Lazy(Driver):
             self.poll(c, name)
 
     def poll(self, c, name):
+        """Progress from leapfrog.migrations; query errors (the view racing
+        the end of the migration, a server restart) are retried on a fresh
+        connection and noted."""
         interval = float(self.params.get("poll_s", 0.25))
+        errs = 0
         while not self.stop_ev.is_set():
-            row = c.execute(
-                "SELECT state, tuples_total, tuples_migrated, error FROM leapfrog.migrations"
-                " WHERE name = %s", (name,)).fetchone()
+            try:
+                if c is None or c.closed:
+                    c = psycopg.connect(self.conninfo, autocommit=True)
+                row = c.execute(
+                    "SELECT state, tuples_total, tuples_migrated, error FROM leapfrog.migrations"
+                    " WHERE name = %s", (name,)).fetchone()
+            except psycopg.Error as e:
+                errs += 1
+                if errs <= 3:
+                    self.notes.append(f"polling leapfrog.migrations: {str(e).splitlines()[0]}")
+                try:
+                    c.close()
+                except Exception:  # noqa: BLE001
+                    pass
+                c = None
+                if errs > 200:
+                    self.status, self.error = "failed", "leapfrog.migrations unreadable"
+                    return
+                self.stop_ev.wait(interval)
+                continue
             now = time.time()
             if row is None:
                 self.notes.append("migration vanished from leapfrog.migrations")

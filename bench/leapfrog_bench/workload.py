@@ -84,7 +84,7 @@ class PgbenchRun:
         res["retried"] = int(m.group(1)) if m else 0
         m = re.search(r"total number of retries: (\d+)", out)
         res["retries"] = int(m.group(1)) if m else 0
-        aborted = re.findall(r"client \d+ aborted[^\n]*", err)
+        aborted = re.findall(r"client \d+ (?:script \d+ )?aborted[^\n]*", err)
         res["aborted_clients"] = len(aborted)
         errors = re.findall(r"(?:ERROR|FATAL):[^\n]*", err)
         res["errors_sample"] = sorted(set(errors))[:5]

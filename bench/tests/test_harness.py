@@ -1,0 +1,67 @@
+"""Unit tests of the benchmark harness's arithmetic (no server needed):
+pgbench log parsing, stall / window figures, migration script splitting.
+Run: .venv/bin/python -m pytest bench/tests -q"""
+import gzip
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from leapfrog_bench import metrics, report  # noqa: E402
+from leapfrog_bench.migrations import MIGRATIONS  # noqa: E402
+from leapfrog_bench.workload import parse_logs  # noqa: E402
+
+
+def test_parse_logs(tmp_path):
+    p = tmp_path / "pgbench_log.1"
+    p.write_text("0 1 2500 0 1700000000 500000 0\n"
+                 "1 1 failed 1 1700000001 0 3\n"
+                 "2 1 1200 4 1700000000 100000 25 1\n")   # with --rate: lag column
+    q = tmp_path / "pgbench_log.1.1.gz"
+    with gzip.open(q, "wt") as f:
+        f.write("3 1 900 2 1700000002 0 0\n")
+    txs = parse_logs([str(p), str(q)])
+    assert [t[0] for t in txs] == [1700000000.1, 1700000000.5, 1700000001.0, 1700000002.0]
+    assert txs[0][1:] == (1200, 4, 1)
+    assert txs[2][1] is None and txs[2][3] == 3
+
+
+def test_compute_stall_and_window():
+    t0 = 1000.0
+    txs = []
+    # 100 tx/s from 0 to 20 s, nothing from 10.0 to 13.5 s
+    for i in range(2000):
+        t = t0 + i / 100.0
+        if 10.0 <= t - t0 < 13.5:
+            continue
+        txs.append((t, 2000 if i % 2 else 4000, i % 5, 0))
+    res, series, cdf = metrics.compute(txs, t0, t0 + 5, t0 + 20, {"switch": t0 + 13.5,
+                                                                   "start": t0 + 5})
+    assert abs(res["longest_stall_s"] - 3.51) < 0.02
+    assert abs(res["longest_stall_at_s"] - 4.99) < 0.02
+    assert res["switch_s"] == 8.5 and res["complete_s"] is None
+    assert res["committed"] == len([t for t in txs if t0 + 5 <= t[0] <= t0 + 20])
+    assert 3.9 <= res["p99_ms"] <= 4.0 and res["p50_ms"] in (2.0, 3.0, 4.0)
+    assert len(series) == 20 and series[11]["committed"] == 0 and series[3]["committed"] == 100
+    assert series[5]["t_rel"] == 0
+    assert len(cdf["new_order"]) == res["committed"] // 5 or abs(len(cdf["new_order"]) - res["committed"] / 5) <= 1
+
+
+def test_compute_no_commit_at_all():
+    res, series, _ = metrics.compute([], 0.0, 5.0, 20.0, {})
+    assert res["longest_stall_s"] == 15.0 and res["committed"] == 0 and res["p99_ms"] is None
+
+
+def test_scripts_split_and_creates():
+    m = MIGRATIONS["split"]
+    st = m.statements()
+    assert [s.split()[0] for s in st] == ["CREATE", "CREATE", "CREATE", "INSERT", "INSERT", "DROP"]
+    assert len(m.create_statements()) == 3
+    j = MIGRATIONS["join"]
+    assert [s.split()[0] for s in j.statements()][-2:] == ["DROP", "DROP"]
+    assert "GROUP BY" in MIGRATIONS["aggregate"].script()
+
+
+def test_ratio_format():
+    assert report._ratio(None, 1) is None and report._ratio(1, 0) is None
+    assert report._ratio(0, 0) == 1.0 and report._fmt(0.5) == "0.500" and report._fmt(None) == "n/a"
