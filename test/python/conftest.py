@@ -322,9 +322,10 @@ class Cluster:
                     pids.add(kid)
         return sorted(pids)
 
-    def kill_worker(self, timeout=60):
+    def kill_worker(self, pids=None, timeout=60):
+        """SIGKILL the given leapfrog processes (default: all of them)."""
         before = self.crash_restarts()
-        pids = self.leapfrog_worker_pids()
+        pids = pids or self.leapfrog_worker_pids()
         if not pids:
             raise AssertionError("no leapfrog background worker found")
         for pid in pids:

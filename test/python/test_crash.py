@@ -238,9 +238,11 @@ def test_kill_background_worker_mid_batch(make_cluster):
                     forced_at = forced_at or time.monotonic() + 3
                     st = c.sql("SELECT pid, state, backend_type FROM pg_stat_activity "
                                "WHERE pid = ANY(%s)", [pids], dbname="app")
-                    active = [r for r in st if r[1] == "active"]
+                    # The process migrating the batch (not a launcher).
+                    active = [r[0] for r in st if r[1] == "active"
+                              and "launcher" not in (r[2] or "")]
                     if active or time.monotonic() > forced_at:
-                        killed = c.kill_worker()
+                        killed = c.kill_worker(active or None)
                         kills.append((threshold, round(done, 3), left, st, bool(active), killed))
                         break
                 time.sleep(0.01)

@@ -16,6 +16,8 @@ More seeds:           LEAPFROG_DIFF_COUNT=500 LEAPFROG_DIFF_BASE=1000 pytest ...
 import datetime as dt
 import os
 import random
+import re
+import time
 from decimal import Decimal
 
 import psycopg
@@ -626,10 +628,6 @@ def gen_stmt(rng, t, tables, some_id, id_range, id_pool):
 # ---------------------------------------------------------------------------
 # Running
 
-def _norm(v):
-    return v
-
-
 def run_stmt(conn, st):
     """Execute and return a comparable outcome."""
     try:
@@ -639,10 +637,11 @@ def run_stmt(conn, st):
         else:
             cur = conn.execute(st.text, st.params, prepare=st.prepare)
         if cur.description is not None:
-            rows = [tuple(r) for r in cur.fetchall()]
+            # repr: Decimal('1.50') and Decimal('1.5') must not compare equal.
+            rows = [tuple(repr(v) for v in r) for r in cur.fetchall()]
             if not st.ordered:
-                rows.sort(key=repr)
-            return ("rows", rows)
+                rows.sort()
+            return ("rows", [(d.name, d.type_code) for d in cur.description], rows)
         return ("count", cur.rowcount)
     except psycopg.errors.QueryCanceled as e:
         raise AssertionError("statement timed out: %r (%s)" % (st, e))
@@ -659,9 +658,9 @@ def table_state(conn, tables):
             "FROM pg_attribute a LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum "
             "WHERE attrelid = %s::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
             [name]).fetchall()
-        rows = [tuple(r) for r in conn.execute(
+        rows = [tuple(repr(v) for v in r) for r in conn.execute(
             sql.SQL("SELECT * FROM {}").format(sql.Identifier(name))).fetchall()]
-        rows.sort(key=repr)
+        rows.sort()
         idx = conn.execute(
             "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = 'public' "
             "AND tablename = %s ORDER BY 1", [name]).fetchall()
@@ -704,16 +703,19 @@ def diff_cluster(module_cluster_factory):
 def _session(cluster, db):
     conn = cluster.connect(db, autocommit=True, prepare_threshold=None)
     conn.execute("SET TimeZone = 'UTC'")
-    conn.execute("SET statement_timeout = '30s'")
-    conn.execute("SET lock_timeout = '20s'")
+    # The cases are small: any statement taking seconds is stuck.
+    conn.execute("SET statement_timeout = '10s'")
+    conn.execute("SET lock_timeout = '8s'")
     return conn
 
 
 def run_case(cluster, case):
+    cluster.wait_ready(60)     # a previous case may have crashed the server
+    log_pos = len(cluster.log_text())
     da, db = "eager_%d" % case.seed, "lazy_%d" % case.seed
-    cluster.create_database(da, extension=False)
-    cluster.create_database(db, extension=True)
     try:
+        cluster.create_database(da, extension=False)
+        cluster.create_database(db, extension=True)
         a = _session(cluster, da)
         b = _session(cluster, db)
         try:
@@ -721,9 +723,74 @@ def run_case(cluster, case):
         finally:
             a.close()
             b.close()
+    except (AssertionError, psycopg.Error) as e:
+        msg = str(e)
+        if isinstance(e, psycopg.Error):
+            msg = "%s (SQLSTATE %s): %s\n%s" % (type(e).__name__, e.sqlstate, msg, describe(case))
+        raise AssertionError(msg + _log_excerpt(cluster, log_pos)) from None
     finally:
-        cluster.drop_database(da)
-        cluster.drop_database(db)
+        try:
+            cluster.wait_ready(60)
+            cluster.drop_database(da)
+            cluster.drop_database(db)
+        except Exception:
+            pass
+
+
+def _log_excerpt(cluster, pos, n=25):
+    lines = []
+    keep = False
+    for l in cluster.log_text()[pos:].splitlines():
+        if re.search(r"\b(ERROR|PANIC|FATAL|WARNING):|TRAP|terminated by", l):
+            keep = True
+        elif re.search(r"\b(LOG|DEBUG\d?|NOTICE|INFO|STATEMENT):", l) or not re.search(
+                r"\b(DETAIL|CONTEXT|HINT):", l):
+            keep = False
+            continue
+        if keep:
+            lines.append(l)
+    if not lines:
+        return ""
+    return "\n--- server log during the case (last %d of %d lines) ---\n%s" % (
+        min(n, len(lines)), len(lines), "\n".join(lines[-n:]))
+
+
+def failure_signature(cluster, case):
+    try:
+        run_case(cluster, case)
+        return None
+    except AssertionError as e:
+        first = str(e).splitlines()[0]
+        return re.sub(r"\d+", "N", first.split(":")[0])
+
+
+def minimize(cluster, case, budget=250, seconds=150):
+    """Greedy delta debugging: drop workload statements, then source rows,
+    while the same kind of failure persists.  Returns the reduced case."""
+    sig = failure_signature(cluster, case)
+    if sig is None:
+        return case, None
+    runs = 0
+    deadline = time.monotonic() + seconds
+    for attr in ("workload", "rows"):
+        items = list(getattr(case, attr))
+        chunk = max(1, len(items) // 2)
+        while chunk >= 1 and runs < budget and time.monotonic() < deadline:
+            i = 0
+            while i < len(items) and runs < budget and time.monotonic() < deadline:
+                trial = items[:i] + items[i + chunk:]
+                if attr == "rows" and not trial:
+                    i += chunk
+                    continue
+                setattr(case, attr, trial)
+                runs += 1
+                if failure_signature(cluster, case) == sig:
+                    items = trial
+                else:
+                    i += chunk
+            chunk //= 2
+        setattr(case, attr, items)
+    return case, sig
 
 
 def _run_case(a, b, case):
@@ -779,7 +846,18 @@ def _short(x, n=1500):
 @pytest.mark.parametrize("seed", _seeds())
 def test_differential(diff_cluster, seed):
     case = gen_case(seed)
-    run_case(diff_cluster, case)
+    try:
+        run_case(diff_cluster, case)
+    except AssertionError as e:
+        if os.environ.get("LEAPFROG_DIFF_MINIMIZE") != "1":
+            raise
+        small, sig = minimize(diff_cluster, gen_case(seed))
+        try:
+            run_case(diff_cluster, small)
+            reduced = "(the reduced case passed: flaky?)"
+        except AssertionError as e2:
+            reduced = str(e2)
+        raise AssertionError("%s\n\n=== minimized (%s) ===\n%s" % (e, sig, reduced)) from None
 
 
 def test_expression_catalogue(diff_cluster):

@@ -25,7 +25,8 @@ import psycopg
 
 from conftest import MOCK
 
-N = 60_000
+N = 100_000
+GROUP = 100            # transfers stay within a group of 100 consecutive ids
 NCLIENTS = 6
 DURATION = float(os.environ.get("LEAPFROG_STRESS_SECONDS", "35"))
 RETRYABLE = ("40001", "40P01")
@@ -121,7 +122,8 @@ class Client(threading.Thread):
     def _plan(self, kind):
         rng = self.rng
         if kind == "transfer":
-            a, b = rng.sample(range(1, N + 1), 2)
+            g = rng.randrange(N // GROUP)
+            a, b = rng.sample(range(g * GROUP + 1, g * GROUP + GROUP + 1), 2)
             amt = Decimal(rng.randint(1, 5000)) / 100
             if rng.random() < 0.5:
                 def plan(conn):
@@ -194,14 +196,24 @@ class Client(threading.Thread):
         return plan
 
 
+def initial_balance(i):
+    return 1000 + (i * 7919) % 1000
+
+
 class InvariantReader(threading.Thread):
-    def __init__(self, cluster, start_at, deadline, total):
+    """Checks the sum of a random group of accounts (invariant under the
+    group-local transfers) all along, and the sum of all balances from
+    full_at on (a full read migrates every remaining row at once)."""
+
+    def __init__(self, cluster, full_at, deadline, total):
         super().__init__(daemon=True, name="invariant-reader")
         self.cluster = cluster
-        self.start_at = start_at
+        self.full_at = full_at
         self.deadline = deadline
         self.total = total
-        self.checks = 0
+        self.rng = random.Random(7)
+        self.group_checks = 0
+        self.full_checks = 0
         self.retries = 0
         self.errors = []
 
@@ -210,33 +222,46 @@ class InvariantReader(threading.Thread):
             conn.execute("SET statement_timeout = '60s'")
             for _ in range(10 ** 6):
                 now = time.monotonic()
-                if now > self.deadline:
+                if now > self.deadline or len(self.errors) > 10:
                     return
-                if now < self.start_at:
-                    time.sleep(0.05)
-                    continue
+                full = now >= self.full_at and self.rng.random() < 0.1
+                iso = self.rng.choice(["READ COMMITTED", "REPEATABLE READ", "SERIALIZABLE"])
                 try:
-                    conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
-                    s, n, d = conn.execute("SELECT sum(balance), count(*), count(DISTINCT id) "
-                                           "FROM bank").fetchone()
+                    conn.execute("BEGIN ISOLATION LEVEL " + iso)
+                    if full:
+                        s, n, d = conn.execute("SELECT sum(balance), count(*), count(DISTINCT id) "
+                                               "FROM bank").fetchone()
+                        want = self.total
+                    else:
+                        g = self.rng.randrange(N // GROUP)
+                        lo, hi = g * GROUP + 1, g * GROUP + GROUP
+                        s, n, d = conn.execute(
+                            "SELECT sum(balance), count(*), count(DISTINCT id) FROM bank "
+                            "WHERE id BETWEEN %s AND %s", [lo, hi]).fetchone()
+                        want = sum(initial_balance(i) for i in range(lo, hi + 1))
                     conn.execute("COMMIT")
                 except psycopg.Error as e:
                     conn.execute("ROLLBACK")
                     if e.sqlstate in RETRYABLE:
                         self.retries += 1
                         continue
-                    self.errors.append((e.sqlstate, str(e)))
-                    return
-                self.checks += 1
-                if s != self.total or n != d:
-                    self.errors.append("mid-run: sum %s (want %s), %d rows, %d distinct ids"
-                                       % (s, self.total, n, d))
-                time.sleep(2)
+                    self.errors.append((iso, e.sqlstate, str(e)))
+                    continue
+                if full:
+                    self.full_checks += 1
+                    ok = s == want and n == d
+                else:
+                    self.group_checks += 1
+                    ok = s == want and n == d == GROUP
+                if not ok:
+                    self.errors.append("%s %s read: sum %s (want %s), %d rows, %d distinct ids"
+                                       % (iso, "full" if full else "group", s, want, n, d))
+                time.sleep(0.05)
 
 
 def test_stress_transfers_and_increments(make_cluster):
     c = make_cluster(**{"leapfrog.background": "on", "leapfrog.background_delay": 500,
-                        "leapfrog.batch_size": 200, "leapfrog.background_naptime": 30})
+                        "leapfrog.batch_size": 100, "leapfrog.background_naptime": 60})
     c.create_database("app")
     with c.connect("app") as conn:
         conn.execute("CREATE TABLE bank (id int PRIMARY KEY, branch int NOT NULL, "
@@ -252,7 +277,7 @@ def test_stress_transfers_and_increments(make_cluster):
     begin = time.monotonic()
     deadline = begin + DURATION
     clients = [Client(c, i, deadline) for i in range(NCLIENTS)]
-    reader = InvariantReader(c, begin + DURATION * 0.55, deadline, total)
+    reader = InvariantReader(c, begin + DURATION * 0.4, deadline, total)
     for t in clients + [reader]:
         t.start()
     progress = []
@@ -287,7 +312,8 @@ def test_stress_transfers_and_increments(make_cluster):
         "retries_40001": sum(cl.retries["40001"] for cl in clients),
         "retries_40P01": sum(cl.retries["40P01"] for cl in clients),
         "gave_up": sum(cl.gave_up for cl in clients),
-        "invariant_checks": reader.checks, "invariant_retries": reader.retries,
+        "group_sum_checks": reader.group_checks, "full_sum_checks": reader.full_checks,
+        "reader_retries_40001_40P01": reader.retries,
         "remaining_over_time": progress,
     }
     print("stress:", stats)
@@ -308,7 +334,8 @@ def test_stress_transfers_and_increments(make_cluster):
         len(want_ids - ids), sorted(want_ids - ids)[:10], len(ids - want_ids),
         sorted(ids - want_ids)[:10])
     assert sum(stats["commits"].values()) > 200, "too little progress: %r" % stats
-    assert reader.checks >= 1, "the invariant reader never completed a read"
+    assert reader.group_checks >= 10 and reader.full_checks >= 1, \
+        "the invariant reader did too few reads: %r" % stats
     bad = [l for l in c.log_text().splitlines()
            if re.search(r"PANIC|TRAP:|terminated by signal|terminated by exception", l)]
     assert not bad, "server crashed:\n" + "\n".join(bad[:20])
