@@ -37,6 +37,7 @@
 
 #include "access/table.h"
 #include "access/xact.h"
+#include "access/xlog.h"
 #include "catalog/pg_operator.h"
 #include "catalog/pg_type.h"
 #include "executor/executor.h"
@@ -467,6 +468,25 @@ lf_lock_inputs(LfMigration *mig, LOCKMODE mode)
  * ---------------------------------------------------------------------
  */
 static void
+migrate_set(TidSet *set)
+{
+	bool		save_read_only = XactReadOnly;
+
+	tidset_sort_unique(set);
+	XactReadOnly = false;
+	PG_TRY();
+	{
+		(void) lf_migrate_rows(lf_migration_by_input(set->input), set->input,
+							   set->tids, set->n);
+	}
+	PG_FINALLY();
+	{
+		XactReadOnly = save_read_only;
+	}
+	PG_END_TRY();
+}
+
+static void
 prepare_statement(QueryDesc *qd, List *items)
 {
 	ListCell   *lc;
@@ -529,14 +549,19 @@ prepare_statement(QueryDesc *qd, List *items)
 		if (round >= 1000)
 			elog(ERROR, "leapfrog: migration of the rows a statement needs did not converge");
 
+		/*
+		 * Migrating changes nothing the transaction can observe, so it is
+		 * allowed in a read-only transaction; but not where it would break
+		 * the guarantees of one: on a standby, or in a serializable
+		 * read-only transaction (safe snapshots assume no writes).
+		 */
+		if (RecoveryInProgress() || (XactReadOnly && IsolationIsSerializable()))
+			ereport(ERROR,
+					(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
+					 errmsg("cannot migrate the rows this statement needs in a read-only serializable transaction or on a standby"),
+					 errhint("Run the statement in a read-write transaction, or once the migration is done.")));
 		foreach(lc, sets)
-		{
-			TidSet	   *set = lfirst(lc);
-
-			tidset_sort_unique(set);
-			(void) lf_migrate_rows(lf_migration_by_input(set->input), set->input,
-								   set->tids, set->n);
-		}
+			migrate_set((TidSet *) lfirst(lc));
 		CHECK_FOR_INTERRUPTS();
 	}
 }

@@ -748,10 +748,17 @@ lf_planner(Query *parse, const char *query_string, int cursorOptions,
 	stmt = prev_planner ? prev_planner(parse, query_string, cursorOptions, boundParams)
 		: standard_planner(parse, query_string, cursorOptions, boundParams);
 
-	/* relationOids also sees tables of inlined SQL functions */
-	foreach(lc, stmt->relationOids)
-		if (lf_is_target(lfirst_oid(lc)))
-			targets = list_append_unique_oid(targets, lfirst_oid(lc));
+	/*
+	 * The plan's flattened range table also holds the tables of inlined SQL
+	 * functions.  (Not relationOids: it also lists regclass constants.)
+	 */
+	foreach(lc, stmt->rtable)
+	{
+		RangeTblEntry *rte = lfirst(lc);
+
+		if (rte->rtekind == RTE_RELATION && lf_is_target(rte->relid))
+			targets = list_append_unique_oid(targets, rte->relid);
+	}
 	if (targets == NIL || stmt->commandType == CMD_UTILITY)
 		return stmt;
 

@@ -63,6 +63,7 @@ typedef struct StartState
 {
 	const char *name;
 	const char *script;
+	MemoryContext cxt;			/* where results live: SPI calls switch contexts */
 	List	   *stmts;			/* RawStmt */
 	/* filled by one attempt */
 	int			migration_id;
@@ -140,6 +141,23 @@ lf_with_lock_retries(void (*fn) (void *), void *arg, const char *what)
  * Helpers
  * ---------------------------------------------------------------------
  */
+static void
+remember(StartState *st, List **list, void *ptr)
+{
+	MemoryContext old = MemoryContextSwitchTo(st->cxt);
+
+	*list = lappend(*list, ptr);
+	MemoryContextSwitchTo(old);
+}
+
+static void
+remember_oid(StartState *st, List **list, Oid oid)
+{
+	MemoryContext old = MemoryContextSwitchTo(st->cxt);
+
+	*list = lappend_oid(*list, oid);
+	MemoryContextSwitchTo(old);
+}
 static char *
 stmt_text(StartState *st, RawStmt *rs)
 {
@@ -332,11 +350,11 @@ add_mapping(StartState *st, RawStmt *rs)
 	if (list_length(queries) != 1)
 		refuse(errmsg("INSERT rewritten by rules is not supported in a leapfrog script"));
 	ins = linitial_node(Query, queries);
-	pm = palloc0(sizeof(PendingMapping));
+	pm = MemoryContextAllocZero(st->cxt, sizeof(PendingMapping));
 	map = build_mapping(st, ins, &pm->input);
 	pm->target = rt_fetch(ins->resultRelation, ins->rtable)->relid;
-	pm->query = nodeToString(map);
-	st->mappings = lappend(st->mappings, pm);
+	pm->query = MemoryContextStrdup(st->cxt, nodeToString(map));
+	remember(st, &st->mappings, pm);
 }
 
 /* CREATE TABLE new AS SELECT ...: create it empty, then map into it. */
@@ -353,7 +371,7 @@ add_ctas(StartState *st, RawStmt *rs)
 	((CreateTableAsStmt *) copy->stmt)->into->skipData = true;
 	run_stmt(st, copy);
 	relid = RangeVarGetRelid(ctas->into->rel, NoLock, false);
-	st->created = lappend_oid(st->created, relid);
+	remember_oid(st, &st->created, relid);
 	if (with_data)
 	{
 		InsertStmt *ins = makeNode(InsertStmt);
@@ -508,8 +526,8 @@ retire(StartState *st, RawStmt *rs, Oid relid)
 	table_close(rel, NoLock);
 	CommandCounterIncrement();
 
-	st->retired = lappend_oid(st->retired, relid);
-	st->retired_names = lappend(st->retired_names, qname);
+	remember_oid(st, &st->retired, relid);
+	remember(st, &st->retired_names, MemoryContextStrdup(st->cxt, qname));
 }
 
 static void
@@ -606,9 +624,9 @@ switch_attempt(void *arg)
 		{
 			case T_CreateStmt:
 				run_stmt(st, rs);
-				st->created = lappend_oid(st->created,
-										  RangeVarGetRelid(((CreateStmt *) rs->stmt)->relation,
-														   NoLock, false));
+				remember_oid(st, &st->created,
+							 RangeVarGetRelid(((CreateStmt *) rs->stmt)->relation,
+											  NoLock, false));
 				break;
 			case T_IndexStmt:
 				{
@@ -740,6 +758,7 @@ leapfrog_start(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("extension leapfrog is not installed in this database")));
+	st.cxt = CurrentMemoryContext;
 	INSTR_TIME_SET_CURRENT(t0);
 	st.name = text_to_cstring(PG_GETARG_TEXT_PP(0));
 	st.script = text_to_cstring(PG_GETARG_TEXT_PP(1));
