@@ -41,7 +41,9 @@ SET ROLE regress_lf_owner;
 SELECT leapfrog.start('privileges', :'script');
 RESET ROLE;
 -- The new table belongs to the caller and got the default privileges.
-SELECT relowner::regrole AS owner FROM pg_class WHERE oid = 'pv.acct'::regclass;
+SELECT c.relowner::regrole AS owner
+  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+ WHERE n.nspname = 'pv' AND c.relname = 'acct';
 SELECT has_table_privilege('regress_lf_app', 'pv.acct', 'SELECT') AS app_select,
        has_table_privilege('regress_lf_app', 'pv.acct', 'UPDATE') AS app_update,
        has_table_privilege('regress_lf_app', 'pv.acct', 'INSERT') AS app_insert,
