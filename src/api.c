@@ -32,7 +32,7 @@ migration_state(const char *name, char **error)
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	lf_spi_exec_as_catalog_owner("SELECT state, error FROM leapfrog.migration WHERE name = $1",
+	lf_spi_exec_as_catalog_owner("SELECT state, error FROM leapfrog.migration WHERE name OPERATOR(pg_catalog.=) $1",
 								 1, types, values, SPI_OK_SELECT);
 	if (SPI_processed > 0)
 	{
@@ -75,8 +75,6 @@ leapfrog_remaining(PG_FUNCTION_ARGS)
 	char	   *name = text_to_cstring(PG_GETARG_TEXT_PP(0));
 	LfMigration *mig;
 	uint64		n;
-	Oid			save_user;
-	int			save_sec;
 
 	lf_require_preload();
 	lf_cache_load();
@@ -87,14 +85,10 @@ leapfrog_remaining(PG_FUNCTION_ARGS)
 			unknown_migration(name);
 		PG_RETURN_INT64(0);
 	}
-	/* counting rows of the retired tables needs the extension's rights */
-	GetUserIdAndSecContext(&save_user, &save_sec);
-	SetUserIdAndSecContext(lf_catalog_owner(), save_sec | SECURITY_LOCAL_USERID_CHANGE);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	n = lf_remaining(mig);
 	SPI_finish();
-	SetUserIdAndSecContext(save_user, save_sec);
 	PG_RETURN_INT64((int64) n);
 }
 
@@ -142,7 +136,7 @@ leapfrog_complete(PG_FUNCTION_ARGS)
 
 			CHECK_FOR_INTERRUPTS();
 			GetUserIdAndSecContext(&save_user, &save_sec);
-			SetUserIdAndSecContext(mig->owner, save_sec | SECURITY_LOCAL_USERID_CHANGE);
+			SetUserIdAndSecContext(lf_catalog_owner(), save_sec | SECURITY_LOCAL_USERID_CHANGE);
 			if (SPI_connect() != SPI_OK_CONNECT)
 				elog(ERROR, "SPI_connect failed");
 			sql = psprintf("SELECT ctid FROM %s LIMIT 10000",

@@ -393,9 +393,13 @@ lf_migrate_rows(LfMigration *mig, Oid input, ItemPointer tids, int ntids)
 	 * skipped (READ COMMITTED) or raises 40001 (REPEATABLE READ and up).
 	 */
 	arg = tid_array(tids, ntids);
+	SetUserIdAndSecContext(lf_catalog_owner(), save_sec | SECURITY_LOCAL_USERID_CHANGE |
+						   SECURITY_RESTRICTED_OPERATION);
 	dp = delete_plan(input);
 	if (SPI_execute_plan(dp->claim, &arg, NULL, false, 0) != SPI_OK_SELECT)
 		elog(ERROR, "leapfrog: claim statement failed");
+	SetUserIdAndSecContext(mig->owner, save_sec | SECURITY_LOCAL_USERID_CHANGE |
+						   SECURITY_RESTRICTED_OPERATION);
 	claimed = SPI_processed;
 	if (claimed > 0)
 	{
@@ -431,6 +435,8 @@ lf_migrate_rows(LfMigration *mig, Oid input, ItemPointer tids, int ntids)
 		CommandCounterIncrement();
 
 		/* Mark them migrated: gone from the retired table. */
+		SetUserIdAndSecContext(lf_catalog_owner(), save_sec | SECURITY_LOCAL_USERID_CHANGE |
+							   SECURITY_RESTRICTED_OPERATION);
 		if (SPI_execute_plan(dp->delete, &arg, NULL, false, 0) != SPI_OK_DELETE ||
 			SPI_processed != claimed)
 			elog(ERROR, "leapfrog: claimed rows of %s changed while locked", get_rel_name(input));

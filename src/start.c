@@ -195,9 +195,19 @@ lf_spi_exec_as_catalog_owner(const char *sql, int nargs, Oid *types, Datum *valu
 	int			save_sec;
 	int			rc;
 
+	int			nest;
+
+	/*
+	 * Internal SQL qualifies its operators too; the fixed search_path is a
+	 * second line of defence against objects planted by the caller.
+	 */
 	GetUserIdAndSecContext(&save_user, &save_sec);
 	SetUserIdAndSecContext(lf_catalog_owner(), save_sec | SECURITY_LOCAL_USERID_CHANGE);
+	nest = NewGUCNestLevel();
+	(void) set_config_option("search_path", "pg_catalog, pg_temp", PGC_USERSET,
+							 PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
 	rc = SPI_execute_with_args(sql, nargs, types, values, NULL, false, 0);
+	AtEOXact_GUC(true, nest);
 	SetUserIdAndSecContext(save_user, save_sec);
 	if (rc != expect)
 		elog(ERROR, "leapfrog catalog statement failed: %s", SPI_result_code_string(rc));
@@ -705,7 +715,7 @@ switch_attempt(void *arg)
 
 		lf_spi_exec_as_catalog_owner("UPDATE leapfrog.migration SET state = 'done', "
 								  "finished_at = pg_catalog.clock_timestamp(), tuples_total = 0 "
-								  "WHERE id = $1", 1, dtypes, dvalues, SPI_OK_UPDATE);
+								  "WHERE id OPERATOR(pg_catalog.=) $1", 1, dtypes, dvalues, SPI_OK_UPDATE);
 	}
 	SPI_finish();
 }
@@ -773,7 +783,7 @@ leapfrog_start(PG_FUNCTION_ARGS)
 		Oid			types[1] = {TEXTOID};
 		Datum		values[1] = {CStringGetTextDatum(st.name)};
 
-		lf_spi_exec_as_catalog_owner("SELECT 1 FROM leapfrog.migration WHERE name = $1",
+		lf_spi_exec_as_catalog_owner("SELECT 1 FROM leapfrog.migration WHERE name OPERATOR(pg_catalog.=) $1",
 								  1, types, values, SPI_OK_SELECT);
 		if (SPI_processed > 0)
 			ereport(ERROR,

@@ -6,8 +6,8 @@
  * or writes the table directly (missing the unmigrated rows, or creating
  * key conflicts with them), TRUNCATE would let the unmigrated rows come back,
  * ALTER TABLE changes the columns the stored mappings rely on, DROP would
- * lose the data.  They are refused, on the new tables and on the retired
- * ones, until the migration is done.  CREATE INDEX and RENAME are allowed.
+ * lose the data.  They are refused, with every other DDL on the new tables
+ * and on the retired ones (RENAME, CREATE INDEX), until the migration is done.
  *-------------------------------------------------------------------------
  */
 #include "leapfrog.h"
@@ -53,6 +53,12 @@ check_utility(Node *stmt)
 	{
 		case T_AlterTableStmt:
 			check_relation(((AlterTableStmt *) stmt)->relation, "alter");
+			break;
+		case T_RenameStmt:
+			check_relation(((RenameStmt *) stmt)->relation, "rename");
+			break;
+		case T_IndexStmt:
+			check_relation(((IndexStmt *) stmt)->relation, "index");
 			break;
 		case T_TruncateStmt:
 			foreach(lc, ((TruncateStmt *) stmt)->relations)
@@ -103,6 +109,8 @@ lf_ProcessUtility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTree
 	switch (nodeTag(pstmt->utilityStmt))
 	{
 		case T_AlterTableStmt:
+		case T_RenameStmt:
+		case T_IndexStmt:
 		case T_TruncateStmt:
 		case T_CopyStmt:
 		case T_ClusterStmt:

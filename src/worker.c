@@ -319,12 +319,18 @@ worker_exit(int code, Datum arg)
 		SetLatch(lf_shared->launcher_latch);
 }
 
+/* Unmigrated rows of mig.  The caller is connected to SPI. */
 uint64
 lf_remaining(LfMigration *mig)
 {
 	uint64		total = 0;
 	ListCell   *lc;
+	Oid			save_user;
+	int			save_sec;
 
+	/* the retired tables are reachable by the extension's owner only */
+	GetUserIdAndSecContext(&save_user, &save_sec);
+	SetUserIdAndSecContext(lf_catalog_owner(), save_sec | SECURITY_LOCAL_USERID_CHANGE);
 	foreach(lc, mig->inputs)
 	{
 		char	   *sql;
@@ -337,6 +343,7 @@ lf_remaining(LfMigration *mig)
 			elog(ERROR, "leapfrog: could not count remaining rows");
 		total += DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	}
+	SetUserIdAndSecContext(save_user, save_sec);
 	return total;
 }
 
@@ -390,8 +397,8 @@ lf_try_complete(LfMigration *mig, bool wait_for_locks)
 	lf_spi_exec_as_catalog_owner("UPDATE leapfrog.migration SET state = 'done', error = NULL, "
 								 "finished_at = pg_catalog.clock_timestamp(), "
 								 "tuples_total = (SELECT COALESCE(pg_catalog.sum(n), 0) "
-								 "FROM leapfrog.progress WHERE migration_id = $1) "
-								 "WHERE id = $1 AND state <> 'done'",
+								 "FROM leapfrog.progress WHERE migration_id OPERATOR(pg_catalog.=) $1) "
+								 "WHERE id OPERATOR(pg_catalog.=) $1 AND state OPERATOR(pg_catalog.<>) 'done'",
 								 1, types, values, SPI_OK_UPDATE);
 	SPI_finish();
 	/* plans of the new tables lose their LeapfrogMigrate node */
@@ -413,11 +420,12 @@ leftover_retired(MemoryContext cxt)
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	if (SPI_execute("SELECT i.relid FROM leapfrog.input i JOIN leapfrog.migration m "
-					"ON m.id = i.migration_id WHERE m.state = 'done' "
-					"AND EXISTS (SELECT 1 FROM pg_catalog.pg_class c WHERE c.oid = i.relid)",
-					false, 0) != SPI_OK_SELECT)
-		elog(ERROR, "leapfrog: could not list retired tables");
+	lf_spi_exec_as_catalog_owner("SELECT i.relid FROM leapfrog.input i JOIN leapfrog.migration m "
+								 "ON m.id OPERATOR(pg_catalog.=) i.migration_id "
+								 "WHERE m.state OPERATOR(pg_catalog.=) 'done' "
+								 "AND EXISTS (SELECT 1 FROM pg_catalog.pg_class c "
+								 "WHERE c.oid OPERATOR(pg_catalog.=) i.relid)",
+								 0, NULL, NULL, SPI_OK_SELECT);
 	for (i = 0; i < SPI_processed; i++)
 	{
 		bool		isnull;
@@ -441,7 +449,7 @@ lf_mark_failed(int migration_id, const char *error)
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	lf_spi_exec_as_catalog_owner("UPDATE leapfrog.migration SET state = 'failed', error = $2 "
-								 "WHERE id = $1 AND state = 'running'",
+								 "WHERE id OPERATOR(pg_catalog.=) $1 AND state OPERATOR(pg_catalog.=) 'running'",
 								 2, types, values, SPI_OK_UPDATE);
 	SPI_finish();
 	lf_invalidate_all();
