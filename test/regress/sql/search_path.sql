@@ -91,6 +91,8 @@ SELECT * FROM spx.t WHERE id IN (1, 2, 3, 5) ORDER BY id;
 SELECT count(*), count(*) FILTER (WHERE v = 'evil') AS evil_values FROM spx.u;
 SELECT * FROM evil.t ORDER BY id;
 SELECT count(*) FROM evil.migration;
+SET client_min_messages = warning;
 DROP SCHEMA spx CASCADE;
 DROP SCHEMA evil CASCADE;
 DROP TABLE pg_temp.migration, pg_temp.mapping, pg_temp.input, pg_temp.progress;
+RESET client_min_messages;
