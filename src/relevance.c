@@ -42,6 +42,7 @@
 #include "utils/rel.h"
 #include "access/stratnum.h"
 #include "catalog/pg_index.h"
+#include "catalog/pg_opfamily.h"
 #include "access/genam.h"
 #include "access/htup_details.h"
 
@@ -120,15 +121,58 @@ has_outer_or_bad_refs(Node *node, int varno)
 	return outer_ref_walker(node, &vc);
 }
 
+/* An integer column of the input, widened or narrowed by the mapping? */
+static Var *
+integer_cast_of_column(Expr *e)
+{
+	Node	   *arg;
+
+	if (!IsA(e, FuncExpr) || ((FuncExpr *) e)->funcformat == COERCE_EXPLICIT_CALL ||
+		list_length(((FuncExpr *) e)->args) != 1)
+		return NULL;
+	arg = linitial(((FuncExpr *) e)->args);
+	if (!IsA(arg, Var))
+		return NULL;
+	if (!OidIsValid(get_opfamily_member(INTEGER_BTREE_FAM_OID, exprType(arg),
+										((FuncExpr *) e)->funcresulttype,
+										BTEqualStrategyNumber)))
+		return NULL;
+	return (Var *) arg;
+}
+
+/*
+ * The mapping as a sub-query RTE standing for an occurrence of its target:
+ * columns 1..natts are the target's, natts + 1 is the input row's ctid.
+ * After them come "raw" columns: for a target column that is an integer
+ * cast of an input column (int -> bigint, the most common type change),
+ * the input column itself, named lf_raw_<attno>.  rewrite_integer_quals()
+ * uses them so that a comparison on the target column can use the input's
+ * index.
+ */
 static RangeTblEntry *
 make_map_rte(LfMapping *m, RangeTblEntry *orig)
 {
 	RangeTblEntry *sub = makeNode(RangeTblEntry);
 	List	   *colnames = list_copy(orig->eref->colnames);
+	ListCell   *lc;
+	List	   *raw = NIL;
 
 	colnames = lappend(colnames, makeString(pstrdup("lf_ctid")));
 	sub->rtekind = RTE_SUBQUERY;
 	sub->subquery = copyObject(m->query);
+	foreach(lc, sub->subquery->targetList)
+	{
+		TargetEntry *tle = lfirst(lc);
+		Var		   *v;
+
+		if (tle->resno > m->natts || (v = integer_cast_of_column(tle->expr)) == NULL)
+			continue;
+		raw = lappend(raw, makeTargetEntry((Expr *) copyObject(v),
+										   list_length(sub->subquery->targetList) + list_length(raw) + 1,
+										   psprintf("lf_raw_%d", tle->resno), false));
+		colnames = lappend(colnames, makeString(psprintf("lf_raw_%d", tle->resno)));
+	}
+	sub->subquery->targetList = list_concat(sub->subquery->targetList, raw);
 	sub->alias = orig->alias ? copyObject(orig->alias) : NULL;
 	sub->eref = makeAlias(orig->eref->aliasname, colnames);
 	sub->inFromCl = orig->inFromCl;
@@ -705,6 +749,129 @@ collect_level(Query *level, RelCtx *cx)
 }
 
 /* ---------------------------------------------------------------------
+ * Integer casts: comparisons that can use the input's index
+ * ---------------------------------------------------------------------
+ */
+typedef struct RawCtx
+{
+	Query	   *q;
+} RawCtx;
+
+/* The raw column standing for v, if v is an integer-cast mapping column. */
+static Var *
+raw_var_for(Query *q, Var *v)
+{
+	RangeTblEntry *rte;
+	ListCell   *lc;
+	char		name[32];
+
+	if (v->varlevelsup != 0 || v->varno <= 0 || v->varno > list_length(q->rtable))
+		return NULL;
+	rte = rt_fetch(v->varno, q->rtable);
+	if (rte->rtekind != RTE_SUBQUERY || rte->subquery == NULL)
+		return NULL;
+	snprintf(name, sizeof(name), "lf_raw_%d", v->varattno);
+	foreach(lc, rte->subquery->targetList)
+	{
+		TargetEntry *tle = lfirst(lc);
+
+		if (tle->resname && strcmp(tle->resname, name) == 0)
+			return makeVar(v->varno, tle->resno, exprType((Node *) tle->expr),
+						   exprTypmod((Node *) tle->expr), InvalidOid, 0);
+	}
+	return NULL;
+}
+
+/*
+ * Rewrite "column op expr", where column is an integer cast of an input
+ * column c, into "c op' expr" with op' the operator of the same strategy in
+ * integer_ops for c's type.  Integer casts are exact (or fail), so the two
+ * are equivalent, and the second can use an index on c.
+ */
+static Node *
+raw_quals_mutator(Node *node, RawCtx *cx)
+{
+	if (node == NULL)
+		return NULL;
+	if (IsA(node, OpExpr) && list_length(((OpExpr *) node)->args) == 2)
+	{
+		OpExpr	   *op = (OpExpr *) node;
+		Node	   *l = linitial(op->args);
+		Node	   *r = lsecond(op->args);
+		int			strategy = get_op_opfamily_strategy(op->opno, INTEGER_BTREE_FAM_OID);
+		Var		   *raw = NULL;
+		bool		left = false;
+
+		if (strategy != 0)
+		{
+			if (IsA(l, Var) && (raw = raw_var_for(cx->q, (Var *) l)) != NULL &&
+				!bms_is_member(((Var *) l)->varno, pull_varnos_of_level(NULL, r, 0)))
+				left = true;
+			else if (IsA(r, Var) && (raw = raw_var_for(cx->q, (Var *) r)) != NULL &&
+					 !bms_is_member(((Var *) r)->varno, pull_varnos_of_level(NULL, l, 0)))
+				left = false;
+			else
+				raw = NULL;
+		}
+		if (raw)
+		{
+			Oid			opno = left
+				? get_opfamily_member(INTEGER_BTREE_FAM_OID, raw->vartype, exprType(r), strategy)
+				: get_opfamily_member(INTEGER_BTREE_FAM_OID, exprType(l), raw->vartype, strategy);
+
+			if (OidIsValid(opno))
+			{
+				OpExpr	   *n = (OpExpr *) make_opclause(opno, BOOLOID, false,
+														 left ? (Expr *) raw : (Expr *) copyObject(l),
+														 left ? (Expr *) copyObject(r) : (Expr *) raw,
+														 InvalidOid, InvalidOid);
+
+				set_opfuncid(n);
+				return (Node *) n;
+			}
+		}
+	}
+	if (IsA(node, ScalarArrayOpExpr))
+	{
+		ScalarArrayOpExpr *sa = (ScalarArrayOpExpr *) node;
+		Node	   *l = linitial(sa->args);
+		Node	   *r = lsecond(sa->args);
+		int			strategy = get_op_opfamily_strategy(sa->opno, INTEGER_BTREE_FAM_OID);
+		Var		   *raw;
+
+		if (strategy != 0 && IsA(l, Var) && (raw = raw_var_for(cx->q, (Var *) l)) != NULL &&
+			OidIsValid(get_element_type(exprType(r))))
+		{
+			Oid			opno = get_opfamily_member(INTEGER_BTREE_FAM_OID, raw->vartype,
+												   get_element_type(exprType(r)), strategy);
+
+			if (OidIsValid(opno))
+			{
+				ScalarArrayOpExpr *n = copyObject(sa);
+
+				n->opno = opno;
+				n->opfuncid = get_opcode(opno);
+				n->hashfuncid = InvalidOid;
+				n->negfuncid = InvalidOid;
+				linitial(n->args) = raw;
+				return (Node *) n;
+			}
+		}
+	}
+	if (IsA(node, Query) || IsA(node, SubLink))
+		return node;			/* only this query level */
+	return expression_tree_mutator(node, raw_quals_mutator, cx);
+}
+
+static void
+rewrite_integer_quals(Query *q)
+{
+	RawCtx		cx = {q};
+
+	q->jointree = (FromExpr *) raw_quals_mutator((Node *) q->jointree, &cx);
+}
+
+/* ---------------------------------------------------------------------
  * The hook
  * ---------------------------------------------------------------------
  */
@@ -782,6 +949,7 @@ lf_planner(Query *parse, const char *query_string, int cursorOptions,
 		PlannedStmt *rs;
 		LfMigration *mig = lf_migration_by_input(lfirst_oid(li));
 
+		rewrite_integer_quals(q);
 		rs = standard_planner(q, "leapfrog relevance", 0, boundParams);
 		stmt->relationOids = list_concat_unique_oid(stmt->relationOids, rs->relationOids);
 		stmt->invalItems = list_concat(stmt->invalItems, rs->invalItems);
