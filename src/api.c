@@ -135,6 +135,8 @@ leapfrog_complete(PG_FUNCTION_ARGS)
 			int			save_sec;
 
 			CHECK_FOR_INTERRUPTS();
+			if (!lf_lock_input_if_exists(input, AccessShareLock))
+				break;
 			GetUserIdAndSecContext(&save_user, &save_sec);
 			SetUserIdAndSecContext(lf_catalog_owner(), save_sec | SECURITY_LOCAL_USERID_CHANGE);
 			if (SPI_connect() != SPI_OK_CONNECT)

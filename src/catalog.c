@@ -32,6 +32,7 @@
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
 #include "utils/syscache.h"
+#include "storage/lmgr.h"
 #include "catalog/pg_class.h"
 
 bool		lf_cache_valid = false;
@@ -324,6 +325,21 @@ bool
 lf_is_target(Oid relid)
 {
 	return lf_migration_by_target(relid) != NULL;
+}
+
+/*
+ * Lock a retired input and tell whether it still exists: a migration seen
+ * as running may be completed, and its inputs dropped, by another session
+ * at any moment before the lock is held.
+ */
+bool
+lf_lock_input_if_exists(Oid relid, LOCKMODE mode)
+{
+	LockRelationOid(relid, mode);
+	if (SearchSysCacheExists1(RELOID, ObjectIdGetDatum(relid)))
+		return true;
+	UnlockRelationOid(relid, mode);
+	return false;
 }
 
 bool

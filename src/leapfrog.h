@@ -83,6 +83,7 @@ extern List *lf_mappings_for_target(Oid target);
 extern List *lf_mappings_for_input(Oid input);
 extern bool lf_is_target(Oid relid);
 extern bool lf_is_input(Oid relid);
+extern bool lf_lock_input_if_exists(Oid relid, LOCKMODE mode);
 extern Oid	lf_catalog_relid(void);
 extern Oid	lf_catalog_owner(void);
 extern void lf_spi_exec_as_catalog_owner(const char *sql, int nargs, Oid *types,

@@ -336,6 +336,8 @@ lf_remaining(LfMigration *mig)
 		char	   *sql;
 		bool		isnull;
 
+		if (!lf_lock_input_if_exists(lfirst_oid(lc), AccessShareLock))
+			continue;			/* completed and dropped meanwhile */
 		sql = psprintf("SELECT pg_catalog.count(*) FROM %s",
 					   quote_qualified_identifier(get_namespace_name(get_rel_namespace(lfirst_oid(lc))),
 												  get_rel_name(lfirst_oid(lc))));
@@ -459,8 +461,8 @@ lf_mark_failed(int migration_id, const char *error)
 static int
 next_batch(InputCursor *c, ItemPointerData **tids_out, bool *pass_done)
 {
-	Relation	rel = table_open(c->input, AccessShareLock);
-	BlockNumber nblocks = RelationGetNumberOfBlocks(rel);
+	Relation	rel;
+	BlockNumber nblocks;
 	char	   *sql;
 	Oid			types[2] = {TIDOID, TIDOID};
 	Datum		values[2];
@@ -469,8 +471,15 @@ next_batch(InputCursor *c, ItemPointerData **tids_out, bool *pass_done)
 	int			n,
 				i;
 
-	table_close(rel, AccessShareLock);
 	*pass_done = false;
+	if (!lf_lock_input_if_exists(c->input, AccessShareLock))
+	{
+		*pass_done = true;
+		return 0;
+	}
+	rel = table_open(c->input, AccessShareLock);
+	nblocks = RelationGetNumberOfBlocks(rel);
+	table_close(rel, AccessShareLock);
 	if (c->next >= nblocks)
 	{
 		*pass_done = true;
