@@ -6,8 +6,10 @@
  * or writes the table directly (missing the unmigrated rows, or creating
  * key conflicts with them), TRUNCATE would let the unmigrated rows come back,
  * ALTER TABLE changes the columns the stored mappings rely on, DROP would
- * lose the data.  They are refused, with every other DDL on the new tables
- * and on the retired ones (RENAME, CREATE INDEX), until the migration is done.
+ * lose the data; a trigger or rule would act on rows migrated later, which
+ * eager would never have shown it.  They are refused, with every other DDL
+ * on the new tables and on the retired ones (RENAME, CREATE INDEX, CREATE
+ * POLICY), until the migration is done.
  *-------------------------------------------------------------------------
  */
 #include "leapfrog.h"
@@ -60,6 +62,16 @@ check_utility(Node *stmt)
 		case T_IndexStmt:
 			check_relation(((IndexStmt *) stmt)->relation, "index");
 			break;
+		case T_CreateTrigStmt:
+			/* a trigger would fire on rows migrated later: eager never would */
+			check_relation(((CreateTrigStmt *) stmt)->relation, "create a trigger on");
+			break;
+		case T_RuleStmt:
+			check_relation(((RuleStmt *) stmt)->relation, "create a rule on");
+			break;
+		case T_CreatePolicyStmt:
+			check_relation(((CreatePolicyStmt *) stmt)->table, "create a policy on");
+			break;
 		case T_TruncateStmt:
 			foreach(lc, ((TruncateStmt *) stmt)->relations)
 				check_relation(lfirst(lc), "truncate");
@@ -111,6 +123,9 @@ lf_ProcessUtility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTree
 		case T_AlterTableStmt:
 		case T_RenameStmt:
 		case T_IndexStmt:
+		case T_CreateTrigStmt:
+		case T_RuleStmt:
+		case T_CreatePolicyStmt:
 		case T_TruncateStmt:
 		case T_CopyStmt:
 		case T_ClusterStmt:
