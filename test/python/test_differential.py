@@ -164,19 +164,57 @@ class Case:
 
 
 def gen_source(rng):
+    """Columns, rows, and whether id is the primary key.  Without a key, some
+    rows are exact duplicates: only their ctid tells them apart."""
     ncols = rng.randint(3, 7)
     cols = []
     for i in range(ncols):
         t = rng.choice(SOURCE_TYPES)
         cols.append(("c%d_%s" % (i, base_type(t)), t))
-    nrows = rng.randint(30, 300)
+    nrows = rng.randint(30, 300) if rng.random() < 0.85 else rng.randint(1000, 2500)
     ids = rng.sample(range(1, nrows * 3), nrows)
     null_p = rng.choice([0.0, 0.1, 0.3])
+    long_p = rng.choice([0.0, 0.0, 0.05])      # TOASTed text values
     rows = []
     for i in ids:
-        rows.append([i] + [None if rng.random() < null_p else gen_value(rng, t)
-                           for _, t in cols])
-    return cols, rows
+        row = [i]
+        for _, t in cols:
+            if rng.random() < null_p:
+                row.append(None)
+            elif t == "text" and rng.random() < long_p:
+                LONG_COLS.add(cols[len(row) - 1][0])
+                row.append("".join(rng.choice("abcdefghijklmnopqrstuvwxyz0123456789")
+                                   for _ in range(rng.randint(3000, 9000))))
+            else:
+                row.append(gen_value(rng, t))
+        rows.append(row)
+    pk = rng.random() < 0.85
+    if not pk:
+        for r in rng.sample(rows, max(1, len(rows) // 10)):
+            rows.insert(rng.randint(0, len(rows)), list(r))
+    return cols, rows, pk
+
+
+# Source columns holding long values in the case being generated: no type
+# change of theirs to a bounded varchar.
+LONG_COLS = set()
+
+
+def gen_churn(rng, case):
+    """Statements run on the source before start() in both databases: dead
+    tuples, HOT chains and gaps, so ctids are not 1..n in order."""
+    out = []
+    if rng.random() < 0.4:
+        c, _ = rng.choice(case.src_cols)
+        out.append("UPDATE %s SET %s = %s WHERE id %% %d = 0" % (case.src, c, c, rng.randint(2, 6)))
+    if rng.random() < 0.3:
+        out.append("DELETE FROM %s WHERE id %% %d = 1" % (case.src, rng.randint(5, 13)))
+    if out and rng.random() < 0.5:
+        out.append("VACUUM %s" % case.src)
+    if rng.random() < 0.2:
+        c, _ = rng.choice(case.src_cols)
+        out.append("UPDATE %s SET %s = NULL WHERE id %% 7 = 3" % (case.src, c))
+    return [x.replace("%%", "%") for x in out]
 
 
 def gen_mapping_cols(rng, src_cols, ncols, allow_change=True):
@@ -193,6 +231,8 @@ def gen_mapping_cols(rng, src_cols, ncols, allow_change=True):
         decl = rtype
         if allow_change and rng.random() < 0.25 and rtype in TYPE_CHANGES:
             decl = rng.choice(TYPE_CHANGES[rtype])
+            if scol in LONG_COLS and decl.startswith("varchar"):
+                decl = rtype
         out.append((name, decl, fmt(expr, scol)))
     return out
 
@@ -246,12 +286,15 @@ def _alias_expr(e):
 
 def gen_case(seed):
     rng = random.Random(seed)
+    LONG_COLS.clear()
     case = Case()
     case.seed = seed
     src = "src%d" % rng.randint(0, 9)
     case.src = src
-    case.src_cols, case.rows = gen_source(rng)
+    case.src_cols, case.rows, case.src_pk = gen_source(rng)
+    case.churn = gen_churn(rng, case)
     case.name = "mig_%d" % seed
+    keyed = case.src_pk     # may the new tables have a key on id?
     kind = rng.choice(["project", "same_name_a", "same_name_b", "split", "split",
                        "ctas", "ctas_same_name", "split_ctas"])
     case.kind = kind
@@ -260,13 +303,15 @@ def gen_case(seed):
     idx = []
 
     def maybe_index(created_as, final, cols):
-        if rng.random() < 0.4:
+        # Long (TOASTed, incompressible) strings cannot be indexed.
+        cols = [c for c in cols if not (LONG_COLS and base_type(c[1]) in ("text", "varchar"))]
+        if cols and rng.random() < 0.4:
             idx.append((created_as, final, rng.choice(cols)[0]))
 
     if kind in ("project", "same_name_a", "same_name_b"):
         cols = gen_mapping_cols(rng, case.src_cols, rng.randint(1, 5))
         where = gen_filter(rng, case.src_cols)
-        pk = rng.random() < 0.85
+        pk = keyed and rng.random() < 0.85
         extra = None
         extra_col = None
         if rng.random() < 0.3:
@@ -312,8 +357,8 @@ def gen_case(seed):
         a_name = rng.choice(["part_a", src])
         b_name = "part_b"
         a_tmp = a_name if a_name != src else "%s_a" % src
-        stmts.append(create_table_sql(a_tmp, a_cols, True))
-        stmts.append(create_table_sql(b_name, b_cols, rng.random() < 0.9))
+        stmts.append(create_table_sql(a_tmp, a_cols, keyed))
+        stmts.append(create_table_sql(b_name, b_cols, keyed and rng.random() < 0.9))
         b_pk = "PRIMARY KEY" in stmts[-1]
         stmts.append(insert_select_sql(a_tmp, a_cols, src, a_where, rng))
         stmts.append(insert_select_sql(b_name, b_cols, src, b_where, rng,
@@ -321,7 +366,7 @@ def gen_case(seed):
         stmts.append("DROP TABLE %s;" % src)
         if a_tmp != a_name:
             stmts.append("ALTER TABLE %s RENAME TO %s;" % (a_tmp, a_name))
-        tables.append(Table(a_name, [(c, t) for c, t, _ in a_cols], True))
+        tables.append(Table(a_name, [(c, t) for c, t, _ in a_cols], keyed))
         tables.append(Table(b_name, [(c, t) for c, t, _ in b_cols], b_pk))
         maybe_index(a_tmp, a_name, tables[0].cols)
         maybe_index(b_name, b_name, tables[1].cols)
@@ -340,17 +385,21 @@ def gen_case(seed):
             stmts.append("DROP TABLE %s;" % old)
         tcols = [(c, t) for c, t, _ in cols]
         tables.append(Table(final, tcols, False))
-        if rng.random() < 0.5:
+        if keyed and rng.random() < 0.4:
+            # A unique index makes id a key: conflicts, ON CONFLICT.
+            stmts.append("CREATE UNIQUE INDEX ON %s (id);" % final)
+            tables[-1].pk = True
+        elif rng.random() < 0.5:
             idx.append((final, final, "id"))
     else:  # split_ctas: one part by INSERT ... SELECT, one by CTAS
         a_cols = gen_mapping_cols(rng, case.src_cols, rng.randint(1, 3))
         b_cols = gen_mapping_cols(rng, case.src_cols, rng.randint(1, 3), allow_change=False)
         a_where = gen_filter(rng, case.src_cols)
-        stmts.append(create_table_sql("part_a", a_cols, True))
+        stmts.append(create_table_sql("part_a", a_cols, keyed))
         stmts.append(insert_select_sql("part_a", a_cols, src, a_where, rng))
         stmts.append(_ctas("part_b", b_cols, src, gen_filter(rng, case.src_cols)))
         stmts.append("DROP TABLE %s;" % src)
-        tables.append(Table("part_a", [(c, t) for c, t, _ in a_cols], True))
+        tables.append(Table("part_a", [(c, t) for c, t, _ in a_cols], keyed))
         tables.append(Table("part_b", [(c, t) for c, t, _ in b_cols], False))
     # An index goes right after its table's creation (before the data), or
     # at the end of the script under the table's final name.
@@ -424,6 +473,8 @@ def gen_workload(rng, case):
     n = rng.randint(20, 45)
     in_tx = False
     tx_left = 0
+    savepoint = False
+    cursors = 0
     for i in range(n):
         if not in_tx and rng.random() < 0.12:
             iso = rng.choice(["", " ISOLATION LEVEL REPEATABLE READ",
@@ -431,10 +482,29 @@ def gen_workload(rng, case):
             out.append(Stmt("BEGIN" + iso))
             in_tx = True
             tx_left = rng.randint(1, 4)
+            savepoint = False
         t = rng.choice(tables)
-        out.append(gen_stmt(rng, t, tables, some_id, id_range, id_pool))
+        if in_tx and not savepoint and rng.random() < 0.25:
+            # Rows migrated inside a subtransaction that may be rolled back.
+            out.append(Stmt("SAVEPOINT lf_sp"))
+            savepoint = True
+        if in_tx and rng.random() < 0.1:
+            cursors += 1
+            cur = "lf_cur%d" % cursors
+            a, b = id_range()
+            out.append(Stmt("DECLARE %s CURSOR FOR SELECT * FROM %s WHERE id >= %d ORDER BY %s"
+                            % (cur, t.name, a, ", ".join(t.col_names())), ordered=True))
+            out.append(Stmt("FETCH %d FROM %s" % (rng.randint(1, 5), cur), ordered=True))
+            out.append(Stmt("FETCH %d FROM %s" % (rng.randint(1, 5), cur), ordered=True))
+            out.append(Stmt("CLOSE %s" % cur))
+        else:
+            out.append(gen_stmt(rng, t, tables, some_id, id_range, id_pool))
         if in_tx:
             tx_left -= 1
+            if savepoint and rng.random() < 0.4:
+                out.append(Stmt(rng.choice(["ROLLBACK TO SAVEPOINT lf_sp",
+                                            "RELEASE SAVEPOINT lf_sp"])))
+                savepoint = False
             if tx_left <= 0:
                 out.append(Stmt(rng.choice(["COMMIT", "COMMIT", "ROLLBACK"])))
                 in_tx = False
@@ -443,7 +513,7 @@ def gen_workload(rng, case):
     # Prepared statements and PL/pgSQL (plan caching) on a table of the case.
     t = rng.choice(tables)
     lo, hi = id_range()
-    for _ in range(rng.randint(0, 7)):
+    for _ in range(rng.randint(0, 12)):
         a, b = id_range()
         out.insert(rng.randint(0, len(out)),
                    Stmt("SELECT count(*), min(id), max(id) FROM %s WHERE id BETWEEN %%s AND %%s"
@@ -457,6 +527,18 @@ def gen_workload(rng, case):
         for _ in range(rng.randint(2, 8)):
             a, b = id_range()
             out.insert(rng.randint(1, len(out)), Stmt("SELECT %s(%%s, %%s)" % fname, [a, b]))
+    if rng.random() < 0.3:
+        fname = "lf_touch_%d" % case.seed
+        out.insert(0, Stmt(
+            "CREATE FUNCTION %s(k int) RETURNS bigint LANGUAGE plpgsql AS "
+            "$f$ DECLARE n bigint; BEGIN UPDATE %s SET id = id WHERE id = k; "
+            "GET DIAGNOSTICS n = ROW_COUNT; RETURN n; END $f$" % (fname, t.name)))
+        for _ in range(rng.randint(2, 8)):
+            out.insert(rng.randint(1, len(out)), Stmt("SELECT %s(%%s)" % fname, [some_id()]))
+    # Plan caching mode for the whole session (generic plans must migrate too).
+    mode = rng.choice(["auto", "auto", "force_generic_plan", "force_custom_plan"])
+    if mode != "auto":
+        out.insert(0, Stmt("SET plan_cache_mode = %s" % mode))
     # One whole-table read, usually late.
     if rng.random() < 0.3:
         out.insert(rng.randint(len(out) // 2, len(out)),
@@ -510,11 +592,9 @@ def gen_stmt(rng, t, tables, some_id, id_range, id_pool):
         r = rng.random()
         if 0.68 <= r < 0.76 and not t.pk:
             continue
-        if 0.76 <= r < 0.95 and o is None:
+        if 0.76 <= r < 0.86 and o is None:
             continue
         break
-    if 0.90 <= r < 0.95 and o is not None:
-        r = rng.uniform(0.76, 0.90)
     prepare = True if rng.random() < 0.15 else None
     inline = rng.random() < 0.3
     total_order = "ORDER BY " + ", ".join(cols)
@@ -587,7 +667,7 @@ def gen_stmt(rng, t, tables, some_id, id_range, id_pool):
         return Stmt("INSERT INTO %s (%s) VALUES (%s) ON CONFLICT (id) %s RETURNING *"
                     % (t.name, ", ".join(cols), ", ".join(["%s"] * len(cols)), action), vals,
                     prepare=prepare, inline=inline)
-    if r < 0.90 and o is not None:
+    if r < 0.86 and o is not None:
         a, b = id_range()
         oc = rng.choice(o.col_names())
         tc = rng.choice(cols)
@@ -619,6 +699,37 @@ def gen_stmt(rng, t, tables, some_id, id_range, id_pool):
                         % (t.name, o.name), [some_id()])
         return Stmt("SELECT o.id FROM %s o WHERE o.id IN (SELECT id FROM %s WHERE id BETWEEN %%s AND %%s)"
                     % (o.name, t.name), [a, b])
+    return gen_stmt_more(rng, t, o or t, some_id, id_range, inline)
+
+
+def gen_stmt_more(rng, t, o, some_id, id_range, inline):
+    """CTEs, sub-queries, set operations, locking reads, INSERT ... SELECT,
+    arrays of keys, and joins with a table the migration does not touch."""
+    a, b = id_range()
+    r = rng.random()
+    if r < 0.12:
+        return Stmt("WITH x AS (SELECT * FROM %s WHERE id BETWEEN %%s AND %%s) "
+                    "SELECT count(*) FROM x" % t.name, [a, b], inline=inline)
+    if r < 0.22:
+        return Stmt("WITH d AS (DELETE FROM %s WHERE id = %%s RETURNING id) "
+                    "SELECT count(*) FROM d" % t.name, [some_id()])
+    if r < 0.32:
+        return Stmt("SELECT t.id, (SELECT count(*) FROM %s o WHERE o.id <= t.id AND o.id > t.id - 20) "
+                    "FROM %s t WHERE t.id BETWEEN %%s AND %%s" % (o.name, t.name), [a, b])
+    if r < 0.42:
+        return Stmt("SELECT id FROM %s WHERE id < %%s UNION SELECT id FROM %s WHERE id > %%s"
+                    % (t.name, o.name), [a, b], inline=inline)
+    if r < 0.52:
+        return Stmt("SELECT id FROM %s WHERE id BETWEEN %%s AND %%s FOR UPDATE" % t.name, [a, b])
+    if r < 0.62:
+        return Stmt("INSERT INTO %s (id) SELECT id + 1000000 FROM %s WHERE id BETWEEN %%s AND %%s"
+                    % (t.name, o.name), [a, a + rng.randint(0, 10)])
+    if r < 0.72:
+        ids = sorted({some_id() for _ in range(rng.randint(1, 6))})
+        return Stmt("SELECT * FROM %s WHERE id = ANY(%%s)" % t.name, [ids], inline=inline)
+    if r < 0.78:
+        return Stmt("SELECT count(*) FROM %s t WHERE NOT EXISTS "
+                    "(SELECT 1 FROM side s WHERE s.id = t.id) AND t.id < %%s" % t.name, [b])
     # Join with a table the migration does not touch.
     tag = rng.randint(0, 4)
     return Stmt("SELECT t.id, s.tag FROM %s t JOIN side s ON s.id = t.id WHERE s.tag = %%s"
@@ -662,7 +773,7 @@ def table_state(conn, tables):
             sql.SQL("SELECT * FROM {}").format(sql.Identifier(name))).fetchall()]
         rows.sort()
         idx = conn.execute(
-            "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = 'public' "
+            "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = current_schema() "
             "AND tablename = %s ORDER BY 1", [name]).fetchall()
         state[name] = {"columns": cols, "rows": rows, "indexes": idx}
     return state
@@ -670,28 +781,35 @@ def table_state(conn, tables):
 
 def public_tables(conn):
     return [r[0] for r in conn.execute(
-        "SELECT tablename FROM pg_tables WHERE schemaname = 'public' ORDER BY 1").fetchall()]
+        "SELECT tablename FROM pg_tables WHERE schemaname = current_schema() "
+        "ORDER BY 1").fetchall()]
 
 
 def load_source(conn, case):
     conn.execute("SET TimeZone = 'UTC'")
-    conn.execute("CREATE TABLE %s (id int PRIMARY KEY, %s)" % (
-        case.src, ", ".join("%s %s" % c for c in case.src_cols)))
+    conn.execute("CREATE TABLE %s (id int%s, %s)" % (
+        case.src, " PRIMARY KEY" if case.src_pk else "",
+        ", ".join("%s %s" % c for c in case.src_cols)))
     cols = ["id"] + [c for c, _ in case.src_cols]
     with conn.cursor().copy("COPY %s (%s) FROM STDIN" % (case.src, ", ".join(cols))) as cp:
         for r in case.rows:
             cp.write_row(r)
     conn.execute("CREATE TABLE side (id int PRIMARY KEY, tag int)")
-    conn.execute("INSERT INTO side SELECT id, id %% 5 FROM %s WHERE id %% 2 = 0" % case.src)
+    conn.execute("INSERT INTO side SELECT DISTINCT id, id %% 5 FROM %s WHERE id %% 2 = 0"
+                 % case.src)
+    for st in case.churn:
+        conn.execute(st)
     conn.execute("ANALYZE")
 
 
 def describe(case, upto=None):
     wl = case.workload if upto is None else case.workload[: upto + 1]
     return ("seed=%d kind=%s (replay: LEAPFROG_DIFF_SEEDS=%d pytest %s)\n"
-            "source %s(%s), %d rows\n--- script ---\n%s\n--- workload ---\n%s"
+            "source %s(id int%s, %s), %d rows%s\n--- script ---\n%s\n--- workload ---\n%s"
             % (case.seed, case.kind, case.seed, __file__, case.src,
-               ", ".join("%s %s" % c for c in case.src_cols), len(case.rows), case.script,
+               " PRIMARY KEY" if case.src_pk else "",
+               ", ".join("%s %s" % c for c in case.src_cols), len(case.rows),
+               "".join("\nthen: " + c for c in case.churn), case.script,
                "\n".join("%3d %r" % (i, s) for i, s in enumerate(wl))))
 
 
@@ -700,29 +818,44 @@ def diff_cluster(module_cluster_factory):
     return module_cluster_factory(**{"leapfrog.background": "off"})
 
 
-def _session(cluster, db):
+def _session(cluster, db, schema):
     conn = cluster.connect(db, autocommit=True, prepare_threshold=None)
     conn.execute("SET TimeZone = 'UTC'")
     # The cases are small: any statement taking seconds is stuck.
     conn.execute("SET statement_timeout = '10s'")
     conn.execute("SET lock_timeout = '8s'")
+    conn.execute("SET search_path = %s" % schema)
     return conn
+
+
+# Each case runs in its own schema of two long-lived databases (one CREATE
+# DATABASE per case would dominate the run time); after a failure both
+# databases are made anew so that nothing a failed case left behind leaks.
+EAGER_DB, LAZY_DB = "eager", "lazy"
+_fresh = {"ok": False}
 
 
 def run_case(cluster, case):
     cluster.wait_ready(60)     # a previous case may have crashed the server
     log_pos = len(cluster.log_text())
-    da, db = "eager_%d" % case.seed, "lazy_%d" % case.seed
+    schema = "s%d" % case.seed
+    ok = False
     try:
-        cluster.create_database(da, extension=False)
-        cluster.create_database(db, extension=True)
-        a = _session(cluster, da)
-        b = _session(cluster, db)
+        if not _fresh["ok"]:
+            cluster.create_database(EAGER_DB, extension=False)
+            cluster.create_database(LAZY_DB, extension=True)
+            _fresh["ok"] = True
+        for db in (EAGER_DB, LAZY_DB):
+            cluster.sql("DROP SCHEMA IF EXISTS %s CASCADE" % schema, dbname=db)
+            cluster.sql("CREATE SCHEMA %s" % schema, dbname=db)
+        a = _session(cluster, EAGER_DB, schema)
+        b = _session(cluster, LAZY_DB, schema)
         try:
             _run_case(a, b, case)
         finally:
             a.close()
             b.close()
+        ok = True
     except (AssertionError, psycopg.Error) as e:
         msg = str(e)
         if isinstance(e, psycopg.Error):
@@ -731,10 +864,13 @@ def run_case(cluster, case):
     finally:
         try:
             cluster.wait_ready(60)
-            cluster.drop_database(da)
-            cluster.drop_database(db)
+            if ok:
+                for db in (EAGER_DB, LAZY_DB):
+                    cluster.sql("DROP SCHEMA %s CASCADE" % schema, dbname=db)
+            else:
+                _fresh["ok"] = False
         except Exception:
-            pass
+            _fresh["ok"] = False
 
 
 def _log_excerpt(cluster, pos, n=25):
