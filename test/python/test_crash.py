@@ -19,8 +19,8 @@ import time
 import psycopg
 import pytest
 
-from appload import (Writers, acct_eager, create_data, order_eager,
-                     start_migrations)
+from appload import (ACCT_MIGRATION, Writers, acct_eager, create_data,
+                     order_eager, start_migrations)
 from conftest import MOCK, needs_real_extension, wait_until
 
 N_ACCT = 100_000
@@ -204,10 +204,54 @@ def test_kill_backend_mid_migration(make_cluster):
         assert writers.wait_committed(20, 60), writers.errors()[:5]
     finally:
         writers.stop()
+    # 4. complete() killed while it migrates the rest: nothing of it stays.
+    what = kill_mid_statement(c, "SELECT leapfrog.complete('acct_v2')", min_runtime=0.05)
+    print("complete() kill:", what)
+    if what.startswith("killed"):
+        check_accounting_quiescent(c)
     with c.connect("app") as conn:
         for name in TOTAL:
-            conn.execute("SELECT leapfrog.complete(%s)", [name])
+            if conn.execute("SELECT state FROM leapfrog.migrations WHERE name = %s",
+                            [name]).fetchone()[0] != "done":
+                conn.execute("SELECT leapfrog.complete(%s)", [name])
     final_check(c, writers)
+
+
+def test_kill_during_start(make_cluster):
+    """start() killed while it retries its locks: all or nothing."""
+    needs_real_extension()
+    c = make_cluster(**{"leapfrog.background": "off"})
+    c.create_database("app")
+    with c.connect("app") as conn:
+        create_data(conn, 10_000, 5_000)
+    # A reader holds acct, so start() has to retry its lock (lock_timeout x retries).
+    holder = c.connect("app", autocommit=False)
+    holder.execute("SELECT count(*) FROM acct").fetchone()
+    what = kill_mid_statement(
+        c, "SELECT leapfrog.start('acct_v2', $$%s$$)" % ACCT_MIGRATION, min_runtime=0.2)
+    holder.close()
+    print("start() kill:", what)
+    assert what.startswith("killed"), "start() did not wait for its lock: %s" % what
+    with c.connect("app") as conn:
+        assert conn.execute("SELECT count(*) FROM leapfrog.migrations").fetchone()[0] == 0
+        cols = conn.execute("SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute "
+                            "WHERE attrelid = 'acct'::regclass AND attnum > 0 "
+                            "AND NOT attisdropped ORDER BY attnum").fetchall()
+        assert cols == [("id", "integer"), ("grp", "integer"), ("bal", "bigint"),
+                        ("note", "text")], cols
+        assert conn.execute("SELECT count(*), sum(bal) FROM acct").fetchone() == (
+            10_000, sum((i * 37) % 1000 for i in range(1, 10_001)))
+        assert conn.execute("SELECT to_regclass('acct_v2')").fetchone()[0] is None
+        retired = conn.execute(
+            "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = 'leapfrog_retired'").fetchall()
+        assert retired == [], retired
+        # And the same start() works afterwards.
+        conn.execute("SELECT leapfrog.start('acct_v2', %s)", [ACCT_MIGRATION])
+        conn.execute("SELECT leapfrog.complete('acct_v2')")
+        rows = conn.execute("SELECT id, grp, bal, note, flag FROM acct").fetchall()
+        assert len(rows) == 10_000
+        assert all(tuple(r[1:]) == acct_eager(r[0]) for r in rows)
 
 
 def test_kill_background_worker_mid_batch(make_cluster):
