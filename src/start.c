@@ -80,6 +80,21 @@ typedef struct StartState
  * Lock retries
  * ---------------------------------------------------------------------
  */
+
+/* In PG_CATCH of an internal subtransaction: roll it back, keep the error. */
+static ErrorData *
+abort_subxact(MemoryContext cxt, ResourceOwner owner)
+{
+	ErrorData  *edata;
+
+	MemoryContextSwitchTo(cxt);
+	edata = CopyErrorData();
+	FlushErrorState();
+	RollbackAndReleaseCurrentSubTransaction();
+	MemoryContextSwitchTo(cxt);
+	CurrentResourceOwner = owner;
+	return edata;
+}
 void
 lf_with_lock_retries(void (*fn) (void *), void *arg, const char *what)
 {
@@ -111,12 +126,7 @@ lf_with_lock_retries(void (*fn) (void *), void *arg, const char *what)
 		}
 		PG_CATCH();
 		{
-			MemoryContextSwitchTo(cxt);
-			edata = CopyErrorData();
-			FlushErrorState();
-			RollbackAndReleaseCurrentSubTransaction();
-			MemoryContextSwitchTo(cxt);
-			CurrentResourceOwner = owner;
+			edata = abort_subxact(cxt, owner);
 		}
 		PG_END_TRY();
 
@@ -441,15 +451,7 @@ check_droppable(StartState *st, RawStmt *rs, RangeVar *rv)
 	}
 	PG_CATCH();
 	{
-		ErrorData  *edata;
-
-		MemoryContextSwitchTo(cxt);
-		edata = CopyErrorData();
-		FlushErrorState();
-		RollbackAndReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(cxt);
-		CurrentResourceOwner = owner;
-		ReThrowError(edata);
+		ReThrowError(abort_subxact(cxt, owner));
 	}
 	PG_END_TRY();
 	RollbackAndReleaseCurrentSubTransaction();
