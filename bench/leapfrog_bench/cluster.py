@@ -179,6 +179,15 @@ class Cluster:
                  "-w", "-t", "120", "stop"], capture_output=True, text=True)
             self.running = False
 
+    def restart(self):
+        """Immediate stop and start (after a lazy run left the server unusable)."""
+        self._run_as_server(
+            [os.path.join(self.bindir, "pg_ctl"), "-D", self.datadir, "-m", "immediate",
+             "-w", "-t", "60", "stop"], capture_output=True, text=True)
+        self.running = False
+        self.start()
+        self.wait_ready(timeout=60)
+
     def destroy(self):
         self.stop()
         if not self.keep:

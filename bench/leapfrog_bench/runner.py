@@ -125,7 +125,7 @@ class Runner:
                         self.results[load][m][s] = _na(st, reason)
                         self.log(f"  {m:9s} {s:10s} {st}: {reason}")
                         continue
-                    r = self.run_one(load, rate if load == "rate" else None, m, s)
+                    r = self.safe_run_one(load, rate if load == "rate" else None, m, s)
                     if (r.get("tps_before") is not None and base.get("tps_before")
                             and r["tps_before"] < 0.6 * base["tps_before"]):
                         r["notes"].append(
@@ -163,10 +163,30 @@ class Runner:
                 c.execute("ALTER SYSTEM SET leapfrog.background = off")
             c.execute("SELECT pg_reload_conf()")
 
+    def safe_run_one(self, load, rate, mname, strat):
+        """A lazy run that leaves the server unusable (the extension crashing
+        in a loop, say) is reported as failed; the cluster is restarted and
+        the suite goes on.  Other strategies' errors are the harness's own."""
+        try:
+            return self.run_one(load, rate, mname, strat)
+        except Exception as e:  # noqa: BLE001
+            if strat not in LAZY:
+                raise
+            self.log(f"  {mname:9s} {strat:10s} failed: {type(e).__name__}: {e}; restarting server")
+            try:
+                self.cluster.restart()
+                self._set_background(True)
+            except Exception as e2:  # noqa: BLE001
+                self.log(f"    restart failed: {e2}")
+                raise
+            return {**_na("failed", f"{type(e).__name__}: {str(e).splitlines()[0]}"),
+                    "load": load}
+
     # ----------------------------------------------------------------------
     def run_one(self, load, rate, mname, strat, duration=None, record=True):
         p = self.p
         duration = duration or p["duration"]
+        migrate_at = p["migrate_at"] if duration == p["duration"] else duration / 2
         label = f"{load}/{mname or 'none'}/{strat}"
         rundir = os.path.join(self.out, "raw", load, f"{mname or 'none'}_{strat}")
         self._drop_db(RUNDB)
@@ -183,7 +203,7 @@ class Runner:
         stop = threading.Event()
         pg.start()
         t_origin = pg.t_start
-        t_m = t_origin + p["migrate_at"]
+        t_m = t_origin + migrate_at
         t_end = t_origin + duration
         drv = DRIVERS[strat](self.cluster.conninfo(RUNDB), mig, t_m, stop,
                              params={**p.get("multistep", {})}, log=self.log)
