@@ -284,7 +284,7 @@ def _alias_expr(e):
     return re.sub(r"\b(id|c\d+_[a-z]+)\b", r"s.\1", e)
 
 
-def gen_case(seed):
+def gen_case(seed, snapshots=False):
     rng = random.Random(seed)
     LONG_COLS.clear()
     case = Case()
@@ -412,7 +412,8 @@ def gen_case(seed):
             stmts.append("CREATE INDEX ON %s (%s);" % (final, col))
     case.script = "\n".join(stmts)
     case.tables = tables
-    case.workload = gen_workload(rng, case)
+    case.snapshots = snapshots
+    case.workload = (gen_snapshot_workload if snapshots else gen_workload)(rng, case)
     return case
 
 
@@ -435,18 +436,20 @@ def _ctas(name, cols, src, where):
 # Workload
 
 class Stmt:
-    def __init__(self, text, params=None, ordered=False, prepare=None, inline=False):
+    def __init__(self, text, params=None, ordered=False, prepare=None, inline=False,
+                 session=0):
         self.text = text
         self.params = params
         self.ordered = ordered
         self.prepare = prepare
         self.inline = inline
+        self.session = session
 
     def __repr__(self):
-        return "Stmt(%r, %r%s%s%s)" % (self.text, self.params,
-                                        ", ordered" if self.ordered else "",
-                                        ", prepare" if self.prepare else "",
-                                        ", inline" if self.inline else "")
+        return "%sStmt(%r, %r%s%s%s)" % ("[s1] " if self.session else "", self.text, self.params,
+                                          ", ordered" if self.ordered else "",
+                                          ", prepare" if self.prepare else "",
+                                          ", inline" if self.inline else "")
 
 
 def gen_workload(rng, case):
@@ -543,6 +546,52 @@ def gen_workload(rng, case):
     if rng.random() < 0.3:
         out.insert(rng.randint(len(out) // 2, len(out)),
                    Stmt("SELECT count(*) FROM %s" % rng.choice(tables).name))
+    return out
+
+
+def gen_snapshot_workload(rng, case):
+    """Two sessions.  In each episode session 1 opens a REPEATABLE READ or
+    SERIALIZABLE transaction and takes its snapshot (on a table the migration
+    does not touch); session 0 then runs autocommit statements, which migrate
+    and change rows; then session 1 reads (and sometimes writes) the same
+    rows.  Eagerly, session 1 sees the rows as of its snapshot; the lazy run
+    must give the same answer or fail with 40001."""
+    src_ids = [r[0] for r in case.rows]
+    max_id = max(src_ids)
+    fresh = list(range(max_id + 1, max_id + 200))
+    rng.shuffle(fresh)
+    id_pool = {"src": src_ids, "fresh": fresh}
+
+    def some_id():
+        return rng.choice(src_ids) if rng.random() < 0.9 else rng.choice(fresh[:20])
+
+    def id_range():
+        a = rng.randint(0, max_id)
+        return a, a + rng.randint(0, max(5, max_id // 8))
+
+    out = []
+    for _ in range(rng.randint(4, 9)):
+        iso = rng.choice(["REPEATABLE READ", "SERIALIZABLE"])
+        out.append(Stmt("BEGIN ISOLATION LEVEL " + iso, session=1))
+        out.append(Stmt("SELECT count(*) FROM side", session=1))
+        touched = []
+        for _ in range(rng.randint(1, 4)):
+            st = gen_stmt(rng, rng.choice(case.tables), case.tables, some_id, id_range, id_pool)
+            out.append(st)
+            touched += [p for p in (st.params or []) if isinstance(p, int)
+                        and not isinstance(p, bool) and 0 <= p <= max_id + 200]
+        for _ in range(rng.randint(1, 3)):
+            t = rng.choice(case.tables)
+            if touched and rng.random() < 0.6:
+                st = Stmt("SELECT * FROM %s WHERE id = ANY(%%s)" % t.name, [sorted(set(touched))])
+            else:
+                st = gen_stmt(rng, t, case.tables, some_id, id_range, id_pool)
+            st.session = 1
+            out.append(st)
+        out.append(Stmt(rng.choice(["COMMIT", "COMMIT", "ROLLBACK"]), session=1))
+        for _ in range(rng.randint(0, 2)):
+            out.append(gen_stmt(rng, rng.choice(case.tables), case.tables, some_id, id_range,
+                                id_pool))
     return out
 
 
@@ -804,9 +853,11 @@ def load_source(conn, case):
 
 def describe(case, upto=None):
     wl = case.workload if upto is None else case.workload[: upto + 1]
-    return ("seed=%d kind=%s (replay: LEAPFROG_DIFF_SEEDS=%d pytest %s)\n"
+    return ("seed=%d kind=%s%s (replay: LEAPFROG_DIFF_SEEDS=%d pytest %s)\n"
             "source %s(id int%s, %s), %d rows%s\n--- script ---\n%s\n--- workload ---\n%s"
-            % (case.seed, case.kind, case.seed, __file__, case.src,
+            % (case.seed, case.kind, " snapshots" if case.snapshots else "", case.seed,
+               __file__ + ("::test_differential_snapshots" if case.snapshots
+                           else "::test_differential"), case.src,
                " PRIMARY KEY" if case.src_pk else "",
                ", ".join("%s %s" % c for c in case.src_cols), len(case.rows),
                "".join("\nthen: " + c for c in case.churn), case.script,
@@ -850,11 +901,13 @@ def run_case(cluster, case):
             cluster.sql("CREATE SCHEMA %s" % schema, dbname=db)
         a = _session(cluster, EAGER_DB, schema)
         b = _session(cluster, LAZY_DB, schema)
+        a2 = _session(cluster, EAGER_DB, schema)
+        b2 = _session(cluster, LAZY_DB, schema)
         try:
-            _run_case(a, b, case)
+            _run_case(a, b, case, a2, b2)
         finally:
-            a.close()
-            b.close()
+            for conn in (a, b, a2, b2):
+                conn.close()
         ok = True
     except (AssertionError, psycopg.Error) as e:
         msg = str(e)
@@ -929,7 +982,10 @@ def minimize(cluster, case, budget=250, seconds=150):
     return case, sig
 
 
-def _run_case(a, b, case):
+SERIALIZATION_FAILURES = []   # (seed, statement) where the lazy run gave 40001
+
+
+def _run_case(a, b, case, a2=None, b2=None):
     load_source(a, case)
     load_source(b, case)
     # Eager oracle: the script as plain SQL in one transaction.
@@ -943,16 +999,34 @@ def _run_case(a, b, case):
     assert public_tables(a) == public_tables(b), \
         "tables after start differ: %r vs %r\n%s" % (public_tables(a), public_tables(b),
                                                      describe(case))
+    conns = {0: (a, b), 1: (a2, b2)}
+    iso = {0: "", 1: ""}
+    diverged = False     # session 1 got a (permitted) 40001 in the lazy run only
     for i, st in enumerate(case.workload):
-        ra = run_stmt(a, st)
-        rb = run_stmt(b, st)
+        ea, lz = conns[st.session]
+        if st.text.startswith("BEGIN"):
+            iso[st.session] = st.text
+        if st.session == 1 and diverged:
+            if st.text in ("COMMIT", "ROLLBACK"):
+                # Close the episode the same way in both: roll back.
+                ea.execute("ROLLBACK")
+                lz.execute("ROLLBACK")
+                diverged = False
+            continue
+        ra = run_stmt(ea, st)
+        rb = run_stmt(lz, st)
         if ra != rb:
+            if (rb == ("error", "40001") and st.session == 1
+                    and ("REPEATABLE" in iso[1] or "SERIALIZABLE" in iso[1])):
+                SERIALIZATION_FAILURES.append((case.seed, i))
+                diverged = True
+                continue
             raise AssertionError(
                 "statement %d differs\n  %r\n  eager: %r\n  lazy:  %r\n%s"
                 % (i, st, _short(ra), _short(rb), describe(case, i)))
     # Any transaction the workload left open is closed the same way in both.
-    for c in (a, b):
-        if c.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+    for c in (a, b, a2, b2):
+        if c is not None and c.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
             c.execute("ROLLBACK")
     remaining = b.execute("SELECT leapfrog.remaining(%s)", [case.name]).fetchone()[0]
     assert 0 <= remaining <= len(case.rows), describe(case)
@@ -977,6 +1051,33 @@ def _run_case(a, b, case):
 def _short(x, n=1500):
     s = repr(x)
     return s if len(s) <= n else s[:n] + "...(%d chars)" % len(s)
+
+
+def _snapshot_seeds():
+    if os.environ.get("LEAPFROG_DIFF_SEEDS"):
+        return _seeds()
+    return [s + 10_000 for s in _seeds()[: max(1, len(_seeds()) // 2)]]
+
+
+@pytest.mark.parametrize("seed", _snapshot_seeds())
+def test_differential_snapshots(diff_cluster, seed):
+    """Two sessions: RR/SERIALIZABLE snapshots taken before other sessions
+    migrate and change the rows they then read."""
+    case = gen_case(seed, snapshots=True)
+    try:
+        run_case(diff_cluster, case)
+    except AssertionError as e:
+        if os.environ.get("LEAPFROG_DIFF_MINIMIZE") != "1":
+            raise
+        small, sig = minimize(diff_cluster, gen_case(seed, snapshots=True))
+        try:
+            run_case(diff_cluster, small)
+            reduced = "(the reduced case passed: flaky?)"
+        except AssertionError as e2:
+            reduced = str(e2)
+        raise AssertionError("%s\n\n=== minimized (%s) ===\n%s" % (e, sig, reduced)) from None
+    print("seed %d: lazy-only 40001 at statements %r" % (
+        seed, [i for s_, i in SERIALIZATION_FAILURES if s_ == seed]))
 
 
 @pytest.mark.parametrize("seed", _seeds())
