@@ -102,7 +102,8 @@ extern List *lf_plan_items(PlannedStmt *stmt);
 /*
  * One relevance plan: returns the ctids of input rows of `input` that the
  * statement may need.  Carried in the custom scan as a List:
- * (Integer input, Integer migration id, PlannedStmt, String description).
+ * (Integer input, Integer migration id, PlannedStmt, String description,
+ *	Integer standalone: reads nothing but its input).
  */
 
 /* migrate.c */

@@ -28,7 +28,9 @@
  * Snapshots.  Relevance queries run with snapshot S; if they find rows to
  * migrate, the rows are migrated and the loop repeats with a new S.  When
  * a round finds nothing, every row the statement can need is visible in S,
- * and S becomes the statement's snapshot: under READ COMMITTED a fresh one
+ * and S becomes the statement's snapshot (relevance queries that read only
+ * their input need no confirming round: see standalone() in relevance.c):
+ * under READ COMMITTED a fresh one
  * (seeing rows others migrated while we waited), under REPEATABLE READ the
  * transaction snapshot with a newer command id (seeing our own rows).
  *-------------------------------------------------------------------------
@@ -498,6 +500,7 @@ prepare_statement(QueryDesc *qd, List *items)
 	ListCell   *lc;
 	List	   *live = NIL;
 	int			round;
+	bool		all_standalone = true;
 
 	/* Lock the inputs first: this also makes our cache current. */
 	foreach(lc, items)
@@ -511,7 +514,10 @@ prepare_statement(QueryDesc *qd, List *items)
 		LfMigration *mig = lf_migration_by_input(input);
 
 		if (mig && mig->id == intVal(lsecond(item)))
+		{
 			live = lappend(live, item);
+			all_standalone &= intVal(list_nth(item, 4)) != 0;
+		}
 	}
 	if (live == NIL)
 		return;
@@ -569,6 +575,18 @@ prepare_statement(QueryDesc *qd, List *items)
 		foreach(lc, sets)
 			migrate_set((TidSet *) lfirst(lc));
 		CHECK_FOR_INTERRUPTS();
+
+		/*
+		 * Relevance queries that read only their input cannot find new rows:
+		 * what they found is now migrated, by us or (skipped by the claim)
+		 * by transactions that have committed.  A new snapshot sees it all.
+		 */
+		if (all_standalone)
+		{
+			UnregisterSnapshot(qd->snapshot);
+			qd->snapshot = RegisterSnapshot(GetTransactionSnapshot());
+			return;
+		}
 	}
 }
 

@@ -892,6 +892,25 @@ refs_target_walker(Node *node, void *cx)
 	return expression_tree_walker(node, refs_target_walker, cx);
 }
 
+/*
+ * Does the relevance query read nothing but its input?  Then the set of rows
+ * it returns can only shrink (inputs only lose rows, the mapping is
+ * immutable), and once its rows are migrated, running it again would find
+ * nothing: the executor skips that confirming round (migrate.c).
+ */
+static bool
+standalone(Query *q)
+{
+	RangeTblRef *rtr;
+
+	if (q->hasSubLinks || q->cteList != NIL || q->jointree == NULL ||
+		list_length(q->jointree->fromlist) != 1 ||
+		!IsA(linitial(q->jointree->fromlist), RangeTblRef))
+		return false;
+	rtr = linitial(q->jointree->fromlist);
+	return rt_fetch(rtr->rtindex, q->rtable)->rtekind == RTE_SUBQUERY;
+}
+
 static PlannedStmt *
 lf_planner(Query *parse, const char *query_string, int cursorOptions,
 		   ParamListInfo boundParams)
@@ -949,13 +968,16 @@ lf_planner(Query *parse, const char *query_string, int cursorOptions,
 		PlannedStmt *rs;
 		LfMigration *mig = lf_migration_by_input(lfirst_oid(li));
 
+		bool		alone = standalone(q);
+		List	   *item;
+
 		rewrite_integer_quals(q);
 		rs = standard_planner(q, "leapfrog relevance", 0, boundParams);
 		stmt->relationOids = list_concat_unique_oid(stmt->relationOids, rs->relationOids);
 		stmt->invalItems = list_concat(stmt->invalItems, rs->invalItems);
-		items = lappend(items, list_make4(makeInteger((int) lfirst_oid(li)),
-										  makeInteger(mig->id), rs,
-										  makeString(lfirst(ld))));
+		item = list_make4(makeInteger((int) lfirst_oid(li)), makeInteger(mig->id), rs,
+						  makeString(lfirst(ld)));
+		items = lappend(items, lappend(item, makeInteger(alone)));
 	}
 	return lf_wrap_plan(stmt, items);
 }
