@@ -227,25 +227,31 @@ class Writer(threading.Thread):
             return "error"
         c = self.conn
         phase = "body"
+        self.current = "BEGIN"
         try:
             c.execute("BEGIN ISOLATION LEVEL " + iso)
+            self.current = "UPDATE acct"
             cur = c.execute("UPDATE acct SET bal = bal + %s WHERE id = ANY(%s)",
                             [tx["d"], tx["ids"]])
             if cur.rowcount != len(tx["ids"]):
                 self.errors.append((tx["txid"], None, "UPDATE acct touched %d rows, want %d (ids %r)"
                                     % (cur.rowcount, len(tx["ids"]), tx["ids"])))
+            self.current = "UPDATE order_core"
             cur = c.execute("UPDATE order_core SET amount = amount + %s WHERE id = %s",
                             [tx["od"], tx["oid"]])
             if cur.rowcount != 1:
                 self.errors.append((tx["txid"], None, "UPDATE order_core touched %d rows (id %d)"
                                     % (cur.rowcount, tx["oid"])))
+            self.current = "UPDATE order_info"
             cur = c.execute("UPDATE order_info SET edits = edits + 1 WHERE id = %s", [tx["oid"]])
             if cur.rowcount != 1:
                 self.errors.append((tx["txid"], None, "UPDATE order_info touched %d rows (id %d)"
                                     % (cur.rowcount, tx["oid"])))
+            self.current = "INSERT INTO ledger"
             c.execute("INSERT INTO ledger VALUES (%s, %s, %s, %s, %s, %s)",
                       [tx["txid"], self.wid, tx["ids"], tx["d"], tx["oid"], tx["od"]])
             phase = "commit"
+            self.current = "COMMIT"
             c.execute("COMMIT")
         except psycopg.Error as e:
             st = getattr(e, "sqlstate", None)
@@ -275,7 +281,8 @@ class Writer(threading.Thread):
             if st in RETRYABLE:
                 self.retries[st] += 1
                 return "retry"
-            self.errors.append((tx["txid"], st, "%s: %s" % (type(e).__name__, e)))
+            self.errors.append((tx["txid"], st, "%s: %s (%s, in %s, at %.3f)" % (
+                type(e).__name__, e, iso, self.current, time.time())))
             return "error"
         self._apply(tx)
         if self.rng.random() < 0.2:

@@ -413,6 +413,24 @@ def _quote_guc(v):
     return "'%s'" % s.replace("'", "''")
 
 
+RETIRED_SQL = ("SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+               "WHERE n.nspname = 'leapfrog_retired' ORDER BY 1")
+
+
+def retired_tables_after_completion(cluster, dbname, timeout=30):
+    """Relations left in leapfrog_retired, polled (bounded): per the contract,
+    completion drops the retired tables at once only if nobody holds a lock on
+    them, otherwise the worker retries every second."""
+    left = None
+    deadline = time.monotonic() + timeout
+    for _ in range(int(timeout / 0.2) + 5):
+        left = [r[0] for r in cluster.sql(RETIRED_SQL, dbname=dbname)]
+        if not left or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    return left
+
+
 def install_extension(conn):
     """CREATE EXTENSION leapfrog (or the eager stand-in under LEAPFROG_TEST_MOCK)."""
     if MOCK:

@@ -21,7 +21,8 @@ import pytest
 
 from appload import (ACCT_MIGRATION, Writers, acct_eager, create_data,
                      order_eager, start_migrations)
-from conftest import MOCK, needs_real_extension, wait_until
+from conftest import (MOCK, RETIRED_SQL, needs_real_extension,
+                      retired_tables_after_completion, wait_until)
 
 N_ACCT = 100_000
 N_ORD = 60_000
@@ -116,10 +117,8 @@ def final_check(c, writers):
         else:
             assert mig == [("acct_v2", "done", N_ACCT, N_ACCT, None),
                            ("split_orders", "done", N_ORD, N_ORD, None)], mig
-        retired = conn.execute(
-            "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
-            "WHERE n.nspname = 'leapfrog_retired'").fetchall()
-        assert retired == [], "leapfrog_retired not empty: %r" % retired
+        retired = retired_tables_after_completion(c, "app")
+        assert retired == [], "leapfrog_retired not empty 30s after completion: %r" % retired
         types = conn.execute(
             "SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute "
             "WHERE attrelid = 'acct'::regclass AND attnum > 0 AND NOT attisdropped "
@@ -242,9 +241,7 @@ def test_kill_during_start(make_cluster):
         assert conn.execute("SELECT count(*), sum(bal) FROM acct").fetchone() == (
             10_000, sum((i * 37) % 1000 for i in range(1, 10_001)))
         assert conn.execute("SELECT to_regclass('acct_v2')").fetchone()[0] is None
-        retired = conn.execute(
-            "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
-            "WHERE n.nspname = 'leapfrog_retired'").fetchall()
+        retired = conn.execute(RETIRED_SQL).fetchall()
         assert retired == [], retired
         # And the same start() works afterwards.
         conn.execute("SELECT leapfrog.start('acct_v2', %s)", [ACCT_MIGRATION])

@@ -23,7 +23,7 @@ from decimal import Decimal
 
 import psycopg
 
-from conftest import MOCK
+from conftest import MOCK, retired_tables_after_completion
 
 N = 100_000
 GROUP = 100            # transfers stay within a group of 100 consecutive ids
@@ -302,9 +302,7 @@ def test_stress_transfers_and_increments(make_cluster):
         s, h, n, d = conn.execute("SELECT sum(balance), sum(hits), count(*), count(DISTINCT id) "
                                   "FROM bank").fetchone()
         ids = {r[0] for r in conn.execute("SELECT id FROM bank").fetchall()}
-        retired = conn.execute(
-            "SELECT c.relname FROM pg_class c JOIN pg_namespace ns ON ns.oid = c.relnamespace "
-            "WHERE ns.nspname = 'leapfrog_retired'").fetchall()
+    retired = retired_tables_after_completion(c, "app")
 
     stats = {
         "commits": {k: sum(cl.commits.get(k, 0) for cl in clients)
