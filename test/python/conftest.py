@@ -17,6 +17,8 @@ directories are given to that user.
 
 Environment knobs:
   LEAPFROG_TEST_KEEP=1   keep the temporary directories (printed at the end).
+  LEAPFROG_TEST_CORES=1  start servers with pg_ctl -c (core files, see
+                         /proc/sys/kernel/core_pattern).
   LEAPFROG_TEST_MOCK=1   harness self-check: no preload, and a PL/pgSQL
                          stand-in for the extension that runs scripts eagerly
                          (tests that need the real worker skip themselves).
@@ -205,8 +207,10 @@ class Cluster:
 
     # ---- life cycle ----------------------------------------------------
     def start(self, timeout=60):
-        res = _run([BINDIR / "pg_ctl", "-D", self.datadir, "-l", self.logfile,
-                    "-w", "-t", str(int(timeout)), "start"],
+        # LEAPFROG_TEST_CORES=1: let the server dump core (pg_ctl -c), for gdb.
+        cores = ["-c"] if os.environ.get("LEAPFROG_TEST_CORES") == "1" else []
+        res = _run([BINDIR / "pg_ctl", "-D", self.datadir, "-l", self.logfile] + cores +
+                   ["-w", "-t", str(int(timeout)), "start"],
                    timeout=timeout + 10, check=False)
         if res.returncode != 0:
             raise RuntimeError("pg_ctl start failed:\n%s\n%s\n--- log ---\n%s"

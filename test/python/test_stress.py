@@ -23,7 +23,7 @@ from decimal import Decimal
 
 import psycopg
 
-from conftest import MOCK, retired_tables_after_completion
+from conftest import MOCK, needs_real_extension, retired_tables_after_completion
 
 N = 100_000
 GROUP = 100            # transfers stay within a group of 100 consecutive ids
@@ -337,3 +337,71 @@ def test_stress_transfers_and_increments(make_cluster):
     bad = [l for l in c.log_text().splitlines()
            if re.search(r"PANIC|TRAP:|terminated by signal|terminated by exception", l)]
     assert not bad, "server crashed:\n" + "\n".join(bad[:20])
+
+
+def test_completion_race(make_cluster):
+    """Statements run while the worker finishes small migrations (retired
+    tables dropped, plans invalidated): prepared statements with generic and
+    custom plans, updates and joins must neither fail nor crash the server,
+    and see every row exactly once."""
+    needs_real_extension()
+    c = make_cluster(**{"leapfrog.background": "on", "leapfrog.background_delay": 0,
+                        "leapfrog.batch_size": 5, "leapfrog.background_naptime": 25})
+    c.create_database("app")
+    rows = 60
+    errors = []
+    states = []
+    conns = [c.connect("app", prepare_threshold=None) for _ in range(2)]
+    conns[0].execute("SET plan_cache_mode = force_generic_plan")
+    try:
+        for rnd in range(int(os.environ.get("LEAPFROG_RACE_ROUNDS", "12"))):
+            conns[0].execute(
+                "CREATE TABLE s{r} (id int PRIMARY KEY, v int); "
+                "INSERT INTO s{r} SELECT g, g FROM generate_series(1, {n}) g".format(r=rnd, n=rows))
+            conns[0].execute(
+                "SELECT leapfrog.start(%s, %s)",
+                ["race%d" % rnd, "CREATE TABLE n{r} (id int PRIMARY KEY, v int, w int); "
+                 "INSERT INTO n{r} SELECT id, v, v * 2 FROM s{r}; DROP TABLE s{r};".format(r=rnd)])
+            rng = random.Random(rnd)
+            bumps = 0
+            deadline = time.monotonic() + 1.2
+            for k in range(100000):
+                if time.monotonic() > deadline:
+                    break
+                conn = conns[k % 2]
+                i = rng.randint(1, rows)
+                try:
+                    if k % 3 == 0:
+                        r = conn.execute("SELECT count(*), sum(v) FROM n%d WHERE id BETWEEN %%s AND %%s"
+                                         % rnd, [i, i + 5], prepare=True).fetchone()
+                        want = min(rows, i + 5) - i + 1
+                        if r[0] != want:
+                            errors.append((rnd, "count %d, want %d" % (r[0], want)))
+                    elif k % 3 == 1:
+                        n = conn.execute("UPDATE n%d SET w = w + 1 WHERE id = %%s" % rnd, [i],
+                                         prepare=True).rowcount
+                        if n != 1:
+                            errors.append((rnd, "update of %d touched %d rows" % (i, n)))
+                        bumps += 1
+                    else:
+                        r = conn.execute("SELECT a.id FROM n%d a JOIN n%d b ON b.id = a.id + 1 "
+                                         "WHERE a.id = %%s" % (rnd, rnd), [i], prepare=True).fetchall()
+                        if r != ([(i,)] if i < rows else []):
+                            errors.append((rnd, "join at %d: %r" % (i, r)))
+                except psycopg.Error as e:
+                    errors.append((rnd, "%s %s" % (e.sqlstate, str(e).strip().splitlines()[0])))
+                    if conn.broken:
+                        time.sleep(1)
+                        raise AssertionError("connection lost: %r\n%s" % (errors, "\n".join(
+                            l for l in c.log_text().splitlines()
+                            if re.search(r"terminated by|Failed process|PANIC|TRAP", l))))
+            done = conns[1].execute("SELECT leapfrog.wait(%s, 30)", ["race%d" % rnd]).fetchone()[0]
+            total = conns[1].execute("SELECT count(*), sum(w) FROM n%d" % rnd).fetchone()
+            states.append((rnd, done, total))
+            if not done or total != (rows, rows * (rows + 1) + bumps):
+                errors.append((rnd, "after completion: done=%s, (count, sum(w)) = %r, want %r"
+                               % (done, total, (rows, rows * (rows + 1) + bumps))))
+    finally:
+        for conn in conns:
+            conn.close()
+    assert not errors, "errors (first 10 of %d): %r" % (len(errors), errors[:10])
