@@ -883,7 +883,6 @@ def _session(cluster, db, schema):
 # DATABASE per case would dominate the run time); after a failure both
 # databases are made anew so that nothing a failed case left behind leaks.
 EAGER_DB, LAZY_DB = "eager", "lazy"
-_fresh = {"ok": False}
 
 
 def run_case(cluster, case):
@@ -892,10 +891,10 @@ def run_case(cluster, case):
     schema = "s%d" % case.seed
     ok = False
     try:
-        if not _fresh["ok"]:
+        if not getattr(cluster, "diff_dbs_ready", False):
             cluster.create_database(EAGER_DB, extension=False)
             cluster.create_database(LAZY_DB, extension=True)
-            _fresh["ok"] = True
+            cluster.diff_dbs_ready = True
         for db in (EAGER_DB, LAZY_DB):
             cluster.sql("DROP SCHEMA IF EXISTS %s CASCADE" % schema, dbname=db)
             cluster.sql("CREATE SCHEMA %s" % schema, dbname=db)
@@ -921,9 +920,9 @@ def run_case(cluster, case):
                 for db in (EAGER_DB, LAZY_DB):
                     cluster.sql("DROP SCHEMA %s CASCADE" % schema, dbname=db)
             else:
-                _fresh["ok"] = False
+                cluster.diff_dbs_ready = False
         except Exception:
-            _fresh["ok"] = False
+            cluster.diff_dbs_ready = False
 
 
 def _log_excerpt(cluster, pos, n=25):
