@@ -234,6 +234,9 @@ make_select(Query *q, Var *ctid)
 static void
 add_item(RelCtx *cx, Query *q, Oid input, const char *target, const char *how)
 {
+	/* normally locked already by lf_planner; gone means completed */
+	if (!lf_lock_input_if_exists(input, AccessShareLock))
+		return;
 	cx->queries = lappend(cx->queries, q);
 	cx->inputs = lappend_oid(cx->inputs, input);
 	cx->descs = lappend(cx->descs,
@@ -948,6 +951,36 @@ lf_planner(Query *parse, const char *query_string, int cursorOptions,
 	if (targets == NIL || stmt->commandType == CMD_UTILITY)
 		return stmt;
 
+	/*
+	 * Lock the retired inputs before reading or planning over them: the
+	 * planner opens relations it did not get from the rewriter without a
+	 * lock, and a migration seen as running may be completing right now
+	 * (completion drops the inputs only when it can lock them, which these
+	 * locks, held to transaction end, prevent).  Taking the locks also
+	 * processes invalidations, so the cache may say the migration is done.
+	 */
+	{
+		List	   *live = NIL;
+
+		foreach(lc, targets)
+		{
+			LfMigration *mig = lf_migration_by_target(lfirst_oid(lc));
+			ListCell   *li2;
+
+			if (mig)
+				foreach(li2, mig->inputs)
+					(void) lf_lock_input_if_exists(lfirst_oid(li2), AccessShareLock);
+		}
+		if (!lf_cache_valid)
+			lf_cache_load();
+		foreach(lc, targets)
+			if (lf_is_target(lfirst_oid(lc)))
+				live = lappend_oid(live, lfirst_oid(lc));
+		targets = live;
+		if (targets == NIL)
+			return stmt;
+	}
+
 	if (copy)
 		collect_level(copy, &cx);
 	foreach(lc, targets)
@@ -967,10 +1000,11 @@ lf_planner(Query *parse, const char *query_string, int cursorOptions,
 		Query	   *q = lfirst(lq);
 		PlannedStmt *rs;
 		LfMigration *mig = lf_migration_by_input(lfirst_oid(li));
-
 		bool		alone = standalone(q);
 		List	   *item;
 
+		if (mig == NULL)
+			continue;			/* completed while we planned */
 		rewrite_integer_quals(q);
 		rs = standard_planner(q, "leapfrog relevance", 0, boundParams);
 		stmt->relationOids = list_concat_unique_oid(stmt->relationOids, rs->relationOids);
@@ -979,7 +1013,7 @@ lf_planner(Query *parse, const char *query_string, int cursorOptions,
 						  makeString(lfirst(ld)));
 		items = lappend(items, lappend(item, makeInteger(alone)));
 	}
-	return lf_wrap_plan(stmt, items);
+	return items ? lf_wrap_plan(stmt, items) : stmt;
 }
 
 void
