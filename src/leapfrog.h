@@ -109,24 +109,16 @@ extern List *lf_plan_items(PlannedStmt *stmt);
 /* migrate.c */
 extern void lf_install_executor_hook(void);
 extern uint64 lf_migrate_rows(LfMigration *mig, Oid input, ItemPointer tids, int ntids);
-extern void lf_lock_inputs(LfMigration *mig, LOCKMODE mode);
 
 /* worker.c */
 extern void lf_shmem_request(void);
 extern void lf_shmem_startup(void);
 extern void lf_register_launcher(void);
 extern void lf_wake_worker_at_commit(void);
-extern bool lf_try_complete(LfMigration *mig, bool wait_for_locks);
-extern void lf_mark_failed(int migration_id, const char *error);
+extern bool lf_try_complete(LfMigration *mig);
 extern uint64 lf_remaining(LfMigration *mig);
 
 /* utility.c */
 extern void lf_install_utility_hook(void);
-
-/* start.c helpers shared with worker.c */
-extern void lf_with_lock_retries(void (*fn) (void *), void *arg, const char *what);
-
-/* An ereport context callback naming the migration in errors. */
-extern void lf_errcontext_migration(void *arg);
 
 #endif							/* LEAPFROG_H */

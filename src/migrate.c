@@ -462,15 +462,6 @@ lf_migrate_rows(LfMigration *mig, Oid input, ItemPointer tids, int ntids)
 	return claimed;
 }
 
-void
-lf_lock_inputs(LfMigration *mig, LOCKMODE mode)
-{
-	ListCell   *lc;
-
-	foreach(lc, mig->inputs)
-		LockRelationOid(lfirst_oid(lc), mode);
-}
-
 /* ---------------------------------------------------------------------
  * The hook
  * ---------------------------------------------------------------------

@@ -95,7 +95,7 @@ abort_subxact(MemoryContext cxt, ResourceOwner owner)
 	CurrentResourceOwner = owner;
 	return edata;
 }
-void
+static void
 lf_with_lock_retries(void (*fn) (void *), void *arg, const char *what)
 {
 	MemoryContext cxt = CurrentMemoryContext;
@@ -227,12 +227,6 @@ lf_spi_exec_as_catalog_owner(const char *sql, int nargs, Oid *types, Datum *valu
  * Mappings
  * ---------------------------------------------------------------------
  */
-static bool
-has_volatile_or_mutable(Node *n)
-{
-	return contain_mutable_functions(n);
-}
-
 /*
  * From the analysed INSERT INTO target SELECT ... FROM input, build the
  * mapping Query: SELECT <one expression per attribute of target, in
@@ -306,7 +300,7 @@ build_mapping(StartState *st, Query *ins, Oid *input_out)
 	if (get_rel_persistence(in->relid) == RELPERSISTENCE_TEMP)
 		refuse(errmsg("mapping input \"%s\" is a temporary table", get_rel_name(in->relid)));
 	in->inh = false;
-	if (has_volatile_or_mutable(sel->jointree->quals))
+	if (contain_mutable_functions(sel->jointree->quals))
 		refuse(errmsg("the filter of a mapping must be immutable"),
 			   errdetail("Rows are migrated later than start(); only immutable expressions give the eager result."));
 
@@ -338,7 +332,7 @@ build_mapping(StartState *st, Query *ins, Oid *input_out)
 			expr = (Node *) makeNullConst(INT4OID, -1, InvalidOid);
 		else
 			expr = (Node *) makeNullConst(att->atttypid, att->atttypmod, att->attcollation);
-		if (has_volatile_or_mutable(expr))
+		if (contain_mutable_functions(expr))
 			refuse(errmsg("the value of column \"%s\" in the mapping into \"%s\" is not immutable",
 						  NameStr(att->attname), RelationGetRelationName(target)),
 				   errdetail("Rows are migrated later than start(); only immutable expressions and defaults give the eager result."),

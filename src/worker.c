@@ -378,7 +378,7 @@ drop_retired(List *relids)
 }
 
 bool
-lf_try_complete(LfMigration *mig, bool wait_for_locks)
+lf_try_complete(LfMigration *mig)
 {
 	ListCell   *lc;
 	Oid			types[1] = {INT4OID};
@@ -442,7 +442,7 @@ leftover_retired(MemoryContext cxt)
 	return result;
 }
 
-void
+static void
 lf_mark_failed(int migration_id, const char *error)
 {
 	Oid			types[2] = {INT4OID, TEXTOID};
@@ -528,7 +528,6 @@ worker_batch(int migration_id)
 	ItemPointerData *volatile tids = NULL;
 	volatile int n = 0;
 	volatile Oid input = InvalidOid;
-	char	   *errmsg_text = NULL;
 
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
@@ -582,7 +581,7 @@ worker_batch(int migration_id)
 			if (lf_remaining(mig) == 0)
 			{
 				SPI_finish();
-				(void) lf_try_complete(mig, true);
+				(void) lf_try_complete(mig);
 				SPI_connect();
 			}
 			else
@@ -606,7 +605,6 @@ worker_batch(int migration_id)
 		edata = CopyErrorData();
 		FlushErrorState();
 		AbortCurrentTransaction();
-		errmsg_text = edata->message;
 		failed_batch = (edata->sqlerrcode != ERRCODE_T_R_SERIALIZATION_FAILURE &&
 						edata->sqlerrcode != ERRCODE_T_R_DEADLOCK_DETECTED &&
 						edata->sqlerrcode != ERRCODE_LOCK_NOT_AVAILABLE &&
@@ -672,7 +670,6 @@ worker_batch(int migration_id)
 				return false;
 			}
 		}
-		(void) errmsg_text;
 	}
 	if (tids)
 		pfree(tids);
