@@ -20,7 +20,8 @@ CREATE TABLE leapfrog.migration (
     script       text NOT NULL,
     started_at   timestamptz NOT NULL DEFAULT pg_catalog.now(),
     finished_at  timestamptz,
-    tuples_total bigint,           -- input rows at start; known once done
+    tuples_total bigint,           -- input rows at start: counted once by the
+                                   -- background worker, or at completion
     error        text              -- why the migration failed
 );
 
@@ -45,10 +46,12 @@ CREATE TABLE leapfrog.mapping (
 );
 CREATE INDEX ON leapfrog.mapping (target_relid);
 
--- Insert-only log of migrated input rows: each migrating transaction appends
--- one row, so concurrent sessions never contend on a counter.
+-- Insert-only log of migrated input rows: each migration step appends one
+-- row, so concurrent sessions never contend on a counter.  No foreign key:
+-- its check would lock the migration's row in every migrating transaction.
+-- Completion folds the rows into migration.tuples_total and deletes them.
 CREATE TABLE leapfrog.progress (
-    migration_id int NOT NULL REFERENCES leapfrog.migration ON DELETE CASCADE,
+    migration_id int NOT NULL,
     n            bigint NOT NULL
 );
 CREATE INDEX ON leapfrog.progress (migration_id);
@@ -81,9 +84,9 @@ SELECT m.name,
        m.started_at,
        m.finished_at,
        CASE WHEN m.state = 'running'
-            THEN p.migrated + leapfrog.remaining(m.name)
+            THEN COALESCE(m.tuples_total, p.migrated + leapfrog.remaining(m.name))
             ELSE m.tuples_total END AS tuples_total,
-       p.migrated AS tuples_migrated,
+       CASE WHEN m.state = 'done' THEN m.tuples_total ELSE p.migrated END AS tuples_migrated,
        m.error
   FROM leapfrog.migration m
   CROSS JOIN LATERAL (SELECT COALESCE(pg_catalog.sum(g.n), 0)::bigint AS migrated

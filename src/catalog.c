@@ -71,8 +71,9 @@ lf_retired_namespace(void)
 	return get_namespace_oid("leapfrog_retired", true);
 }
 
-static Oid
-lf_table_oid(const char *name)
+/* A table of the extension's catalog (schema leapfrog), or InvalidOid. */
+Oid
+lf_catalog_table(const char *name)
 {
 	Oid			nsp = get_namespace_oid("leapfrog", true);
 
@@ -98,7 +99,7 @@ lf_catalog_owner(void)
 Oid
 lf_catalog_relid(void)
 {
-	return lf_table_oid("migration");
+	return lf_catalog_table("migration");
 }
 
 /* Make every relation the mapping reads checked as the migration owner. */
@@ -240,8 +241,8 @@ lf_cache_load(void)
 		scan_table(lf_catalog_oid, snap, load_migration);
 		if (lf_active != NIL)
 		{
-			scan_table(lf_table_oid("input"), snap, load_input);
-			scan_table(lf_table_oid("mapping"), snap, load_mapping);
+			scan_table(lf_catalog_table("input"), snap, load_input);
+			scan_table(lf_catalog_table("mapping"), snap, load_mapping);
 		}
 	}
 	PG_CATCH();

@@ -3,14 +3,11 @@
  *	  ExecutorStart hook, and the migration of input rows.
  *
  * Tracking.  An input row is unmigrated exactly as long as it is present in
- * its retired table.  Migrating a set of rows is one step, in the caller's
- * transaction:
- *	 SELECT ctid FROM retired WHERE ctid = ANY(rows) FOR UPDATE	-- claim
- *	 INSERT INTO target SELECT <mapping> FROM retired WHERE ctid = ANY(claimed)
- *	   (once per mapping of the input)
- *	 DELETE FROM retired WHERE ctid = ANY(claimed)
- * So the "migrating" bit is the row lock of the claim, and the "migrated"
- * bit is the deletion, made durable by the same commit as the new rows.
+ * its retired table.  Migrating a set of rows is one statement (see "The
+ * migration step" below), in the caller's transaction: DELETE them from the
+ * retired table, INSERT their images into every target, log the count.  So
+ * the "migrating" bit is the row lock of the DELETE, and the "migrated" bit
+ * is the deletion, made durable by the same commit as the new rows.
  *
  * Locking rules.
  *	- A statement's migration step locks every retired input it may read
@@ -18,7 +15,7 @@
  *	  also processes invalidations, so a migration completed meanwhile is
  *	  seen as such and the step is skipped.  Completion takes
  *	  AccessExclusiveLock on the inputs (worker.c).
- *	- Two sessions claiming one row: the second claim waits on the first's
+ *	- Two sessions migrating one row: the second DELETE waits on the first's
  *	  row lock (an ordinary lock wait: sleeping, deadlock-checked).  If the
  *	  first commits, the second skips the row (READ COMMITTED) or fails with
  *	  40001 (REPEATABLE READ, SERIALIZABLE: its snapshot cannot see the
@@ -40,12 +37,14 @@
 #include "access/table.h"
 #include "access/xact.h"
 #include "access/xlog.h"
+#include "catalog/pg_aggregate.h"
 #include "catalog/pg_operator.h"
 #include "catalog/pg_type.h"
 #include "executor/executor.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
 #include "nodes/makefuncs.h"
+#include "nodes/nodeFuncs.h"
 #include "optimizer/optimizer.h"
 #include "optimizer/planner.h"
 #include "parser/parsetree.h"
@@ -53,6 +52,7 @@
 #include "tcop/dest.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/fmgroids.h"
 #include "utils/hsearch.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
@@ -157,163 +157,356 @@ run_plan(PlannedStmt *ps, const char *what, Snapshot snap, ParamListInfo params,
 }
 
 /* ---------------------------------------------------------------------
- * Per-backend plan caches of the migration step
+ * The migration step: one statement per (migration, input)
+ *
+ *	 WITH lf_migrated AS (DELETE FROM retired WHERE ctid = ANY ($1)
+ *						  RETURNING <every column>, ctid),
+ *		  lf_insert_<m> AS (INSERT INTO target_m SELECT <mapping m> FROM lf_migrated)
+ *							 (one per mapping of the input)
+ *	 INSERT INTO leapfrog.progress SELECT <id>, count(*) FROM lf_migrated
+ *	   RETURNING n
+ *
+ * The DELETE is the claim: it waits for a session migrating the same row,
+ * then skips it if that session committed (READ COMMITTED) or raises 40001
+ * (REPEATABLE READ and up).  The images are computed from the very row
+ * versions deleted, and the rows, their images and the progress entry
+ * commit or abort together.  Built from the stored mapping trees (no SQL
+ * text, so no search_path), planned once per backend, generic in $1.
+ * Each relation is checked as its owner needs: the retired table and the
+ * progress log as the extension's owner, the targets as the migration's
+ * owner, who runs the statement.
  * ---------------------------------------------------------------------
  */
-typedef struct DeletePlan
+#define LF_MIGRATED_CTE "lf_migrated"
+
+typedef struct StepKey
 {
+	int			migration_id;
 	Oid			input;
-	SPIPlanPtr	claim;			/* SELECT ctid ... FOR UPDATE */
-	SPIPlanPtr	delete;
-} DeletePlan;
+} StepKey;
 
-typedef struct InsertPlan
+typedef struct StepPlan
 {
-	int			mapping_id;
-	Oid			target;
-	PlannedStmt *plan;
-} InsertPlan;
+	StepKey		key;
+	PlannedStmt *plan;			/* in TopMemoryContext */
+} StepPlan;
 
-static HTAB *delete_plans = NULL;
-static HTAB *insert_plans = NULL;
+static HTAB *step_plans = NULL;
 
-static SPIPlanPtr
-prepare_kept(const char *fmt, Oid input)
+/* ctid = ANY ($1) over range table entry 1 */
+static Expr *
+ctid_any_param(void)
 {
-	Oid			argtypes[1] = {TIDARRAYOID};
-	char	   *sql = psprintf(fmt,
-							   quote_qualified_identifier(get_namespace_name(get_rel_namespace(input)),
-														  get_rel_name(input)));
-	SPIPlanPtr	plan = SPI_prepare(sql, 1, argtypes);
+	ScalarArrayOpExpr *saop = makeNode(ScalarArrayOpExpr);
+	Param	   *param = makeNode(Param);
 
-	if (plan == NULL)
-		elog(ERROR, "leapfrog: could not prepare \"%s\": %s", sql,
-			 SPI_result_code_string(SPI_result));
-	SPI_keepplan(plan);
-	return plan;
+	param->paramkind = PARAM_EXTERN;
+	param->paramid = 1;
+	param->paramtype = TIDARRAYOID;
+	param->paramtypmod = -1;
+	param->location = -1;
+	saop->opno = TIDEqualOperator;
+	saop->opfuncid = get_opcode(TIDEqualOperator);
+	saop->useOr = true;
+	saop->inputcollid = InvalidOid;
+	saop->args = list_make2(makeVar(1, SelfItemPointerAttributeNumber, TIDOID, -1, InvalidOid, 0),
+							param);
+	saop->location = -1;
+	return (Expr *) saop;
 }
 
-static DeletePlan *
-delete_plan(Oid input)
+static RangeTblEntry *
+relation_rte(Relation rel, AclMode perms, Oid check_as)
 {
-	DeletePlan *dp;
-	bool		found;
+	RangeTblEntry *rte = makeNode(RangeTblEntry);
+	TupleDesc	desc = RelationGetDescr(rel);
+	List	   *colnames = NIL;
+	int			attno;
 
-	if (delete_plans == NULL)
+	rte->rtekind = RTE_RELATION;
+	rte->relid = RelationGetRelid(rel);
+	rte->relkind = rel->rd_rel->relkind;
+	rte->rellockmode = RowExclusiveLock;
+	rte->requiredPerms = perms;
+	rte->checkAsUser = check_as;
+	for (attno = 1; attno <= desc->natts; attno++)
 	{
-		HASHCTL		ctl = {.keysize = sizeof(Oid),.entrysize = sizeof(DeletePlan)};
+		Form_pg_attribute att = TupleDescAttr(desc, attno - 1);
 
-		delete_plans = hash_create("leapfrog delete plans", 16, &ctl, HASH_ELEM | HASH_BLOBS);
+		colnames = lappend(colnames, makeString(pstrdup(att->attisdropped ? "" : NameStr(att->attname))));
+		if (att->attisdropped)
+			continue;
+		if (perms & ACL_INSERT)
+			rte->insertedCols = bms_add_member(rte->insertedCols,
+											   attno - FirstLowInvalidHeapAttributeNumber);
+		if (perms & ACL_SELECT)
+			rte->selectedCols = bms_add_member(rte->selectedCols,
+											   attno - FirstLowInvalidHeapAttributeNumber);
 	}
-	dp = hash_search(delete_plans, &input, HASH_ENTER, &found);
-	if (!found)
-		dp->claim = dp->delete = NULL;
-	if (dp->claim == NULL || !SPI_plan_is_valid(dp->claim) ||
-		dp->delete == NULL || !SPI_plan_is_valid(dp->delete))
-	{
-		if (dp->claim)
-			SPI_freeplan(dp->claim);
-		if (dp->delete)
-			SPI_freeplan(dp->delete);
-		dp->claim = dp->delete = NULL;
-		dp->claim = prepare_kept("SELECT ctid FROM %s WHERE ctid OPERATOR(pg_catalog.=) ANY ($1) FOR UPDATE", input);
-		dp->delete = prepare_kept("DELETE FROM %s WHERE ctid OPERATOR(pg_catalog.=) ANY ($1)", input);
-	}
-	return dp;
+	rte->eref = makeAlias(pstrdup(RelationGetRelationName(rel)), colnames);
+	return rte;
+}
+
+/* A reference, levelsup query levels down, to the lf_migrated CTE. */
+static RangeTblEntry *
+migrated_cte_rte(CommonTableExpr *cte, Index levelsup)
+{
+	RangeTblEntry *rte = makeNode(RangeTblEntry);
+
+	rte->rtekind = RTE_CTE;
+	rte->ctename = cte->ctename;
+	rte->ctelevelsup = levelsup;
+	rte->coltypes = list_copy(cte->ctecoltypes);
+	rte->coltypmods = list_copy(cte->ctecoltypmods);
+	rte->colcollations = list_copy(cte->ctecolcollations);
+	rte->eref = makeAlias(cte->ctename, list_copy(cte->ctecolnames));
+	rte->inFromCl = true;
+	return rte;
 }
 
 /*
- * INSERT INTO target (all columns) SELECT <mapping> FROM input
- *	 WHERE <filter> AND ctid = ANY ($1)
- * built from the stored mapping Query and planned once per backend.
+ * The mapping reads the deleted rows instead of the retired table: the CTE
+ * has the table's columns at their attribute numbers, then ctid.  start()
+ * refuses other system columns and whole-row references in a mapping.
  */
-static PlannedStmt *
-insert_plan(LfMigration *mig, LfMapping *m)
+static bool
+retarget_ctid_walker(Node *node, int *ctid_attno)
 {
-	InsertPlan *ip;
-	bool		found;
-
-	if (insert_plans == NULL)
+	if (node == NULL)
+		return false;
+	if (IsA(node, Var))
 	{
-		HASHCTL		ctl = {.keysize = sizeof(int),.entrysize = sizeof(InsertPlan)};
+		Var		   *var = (Var *) node;
 
-		insert_plans = hash_create("leapfrog insert plans", 16, &ctl, HASH_ELEM | HASH_BLOBS);
+		if (var->varno == 1 && var->varlevelsup == 0 && var->varattno <= 0)
+		{
+			if (var->varattno != SelfItemPointerAttributeNumber)
+				elog(ERROR, "leapfrog: mapping reads a system column or a whole row");
+			var->varattno = *ctid_attno;
+			var->varattnosyn = *ctid_attno;
+		}
+		return false;
 	}
-	ip = hash_search(insert_plans, &m->id, HASH_ENTER, &found);
-	if (!found || ip->plan == NULL)
+	return expression_tree_walker(node, retarget_ctid_walker, ctid_attno);
+}
+
+static CommonTableExpr *
+migrated_cte(Relation in)
+{
+	CommonTableExpr *cte = makeNode(CommonTableExpr);
+	Query	   *del = makeNode(Query);
+	RangeTblEntry *rte = relation_rte(in, ACL_SELECT | ACL_DELETE, lf_catalog_owner());
+	TupleDesc	desc = RelationGetDescr(in);
+	RangeTblRef *rtr = makeNode(RangeTblRef);
+	int			attno;
+
+	for (attno = 1; attno <= desc->natts + 1; attno++)
 	{
-		Query	   *sub = copyObject(m->query);
-		Query	   *ins = makeNode(Query);
-		RangeTblEntry *trte = makeNode(RangeTblEntry);
-		RangeTblEntry *srte = makeNode(RangeTblEntry);
-		RangeTblRef *rtr = makeNode(RangeTblRef);
-		ScalarArrayOpExpr *saop = makeNode(ScalarArrayOpExpr);
-		Param	   *param = makeNode(Param);
-		Relation	rel = table_open(m->target, AccessShareLock);
-		TupleDesc	desc = RelationGetDescr(rel);
-		List	   *colnames = NIL;
-		int			attno;
-		MemoryContext old;
-		PlannedStmt *ps;
+		Expr	   *expr;
+		const char *name;
 
-		param->paramkind = PARAM_EXTERN;
-		param->paramid = 1;
-		param->paramtype = TIDARRAYOID;
-		param->paramtypmod = -1;
-		param->location = -1;
-		saop->opno = TIDEqualOperator;
-		saop->opfuncid = get_opcode(TIDEqualOperator);
-		saop->useOr = true;
-		saop->inputcollid = InvalidOid;
-		saop->args = list_make2(makeVar(1, SelfItemPointerAttributeNumber, TIDOID, -1, InvalidOid, 0),
-								param);
-		saop->location = -1;
-		sub->jointree->quals = sub->jointree->quals
-			? (Node *) make_andclause(list_make2(sub->jointree->quals, saop))
-			: (Node *) saop;
-
-		trte->rtekind = RTE_RELATION;
-		trte->relid = m->target;
-		trte->relkind = rel->rd_rel->relkind;
-		trte->rellockmode = RowExclusiveLock;
-		trte->requiredPerms = ACL_INSERT;
-		trte->checkAsUser = mig->owner;
-		for (attno = 1; attno <= desc->natts; attno++)
+		if (attno > desc->natts)
+		{
+			expr = (Expr *) makeVar(1, SelfItemPointerAttributeNumber, TIDOID, -1, InvalidOid, 0);
+			name = "ctid";
+			rte->selectedCols = bms_add_member(rte->selectedCols,
+											   SelfItemPointerAttributeNumber - FirstLowInvalidHeapAttributeNumber);
+		}
+		else if (TupleDescAttr(desc, attno - 1)->attisdropped)
+		{
+			expr = (Expr *) makeNullConst(INT4OID, -1, InvalidOid);
+			name = "";
+		}
+		else
 		{
 			Form_pg_attribute att = TupleDescAttr(desc, attno - 1);
 
-			colnames = lappend(colnames, makeString(pstrdup(NameStr(att->attname))));
-			if (att->attisdropped)
-				continue;
-			trte->insertedCols = bms_add_member(trte->insertedCols,
-												attno - FirstLowInvalidHeapAttributeNumber);
-			ins->targetList = lappend(ins->targetList,
-									  makeTargetEntry((Expr *) makeVar(2, attno, att->atttypid,
-																	   att->atttypmod, att->attcollation, 0),
-													  attno, pstrdup(NameStr(att->attname)), false));
+			expr = (Expr *) makeVar(1, attno, att->atttypid, att->atttypmod, att->attcollation, 0);
+			name = NameStr(att->attname);
 		}
-		trte->eref = makeAlias(pstrdup(RelationGetRelationName(rel)), colnames);
-		srte->rtekind = RTE_SUBQUERY;
-		srte->subquery = sub;
-		srte->eref = makeAlias("lf_source", lappend(list_copy(colnames), makeString("lf_ctid")));
-		srte->inFromCl = true;
+		del->returningList = lappend(del->returningList,
+									 makeTargetEntry(expr, attno, pstrdup(name), false));
+		cte->ctecolnames = lappend(cte->ctecolnames, makeString(pstrdup(name)));
+		cte->ctecoltypes = lappend_oid(cte->ctecoltypes, exprType((Node *) expr));
+		cte->ctecoltypmods = lappend_int(cte->ctecoltypmods, exprTypmod((Node *) expr));
+		cte->ctecolcollations = lappend_oid(cte->ctecolcollations, exprCollation((Node *) expr));
+	}
+	rtr->rtindex = 1;
+	del->commandType = CMD_DELETE;
+	del->querySource = QSRC_ORIGINAL;
+	del->canSetTag = false;
+	del->resultRelation = 1;
+	del->rtable = list_make1(rte);
+	del->jointree = makeFromExpr(list_make1(rtr), (Node *) ctid_any_param());
+
+	cte->ctename = LF_MIGRATED_CTE;
+	cte->ctematerialized = CTEMaterializeDefault;
+	cte->ctequery = (Node *) del;
+	cte->location = -1;
+	return cte;
+}
+
+/* INSERT INTO target SELECT <mapping> FROM lf_migrated, as a CTE. */
+static CommonTableExpr *
+insert_cte(LfMigration *mig, LfMapping *m, CommonTableExpr *migrated, int ctid_attno)
+{
+	CommonTableExpr *cte = makeNode(CommonTableExpr);
+	Query	   *sub = copyObject(m->query);
+	Query	   *ins = makeNode(Query);
+	Relation	rel = table_open(m->target, AccessShareLock);
+	TupleDesc	desc = RelationGetDescr(rel);
+	RangeTblEntry *trte = relation_rte(rel, ACL_INSERT, mig->owner);
+	RangeTblEntry *srte = makeNode(RangeTblEntry);
+	RangeTblRef *rtr = makeNode(RangeTblRef);
+	int			attno;
+
+	if (list_length(sub->rtable) != 1 || rt_fetch(1, sub->rtable)->relid != m->input)
+		elog(ERROR, "leapfrog: unexpected mapping %d", m->id);
+	sub->rtable = list_make1(migrated_cte_rte(migrated, 2));
+	(void) query_tree_walker(sub, retarget_ctid_walker, &ctid_attno, 0);
+
+	for (attno = 1; attno <= desc->natts; attno++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, attno - 1);
+
+		if (att->attisdropped)
+			continue;
+		ins->targetList = lappend(ins->targetList,
+								  makeTargetEntry((Expr *) makeVar(2, attno, att->atttypid,
+																   att->atttypmod, att->attcollation, 0),
+												  attno, pstrdup(NameStr(att->attname)), false));
+	}
+	srte->rtekind = RTE_SUBQUERY;
+	srte->subquery = sub;
+	srte->eref = makeAlias("lf_source", lappend(list_copy(trte->eref->colnames), makeString("lf_ctid")));
+	rtr->rtindex = 2;
+
+	ins->commandType = CMD_INSERT;
+	ins->querySource = QSRC_ORIGINAL;
+	ins->canSetTag = false;
+	ins->resultRelation = 1;
+	ins->rtable = list_make2(trte, srte);
+	ins->jointree = makeFromExpr(list_make1(rtr), NULL);
+	table_close(rel, AccessShareLock);
+
+	cte->ctename = psprintf("lf_insert_%d", m->id);
+	cte->ctematerialized = CTEMaterializeDefault;
+	cte->ctequery = (Node *) ins;
+	cte->location = -1;
+	return cte;
+}
+
+static PlannedStmt *
+step_plan(LfMigration *mig, Oid input)
+{
+	StepKey		key = {mig->id, input};
+	StepPlan   *sp;
+	bool		found;
+
+	if (step_plans == NULL)
+	{
+		HASHCTL		ctl = {.keysize = sizeof(StepKey),.entrysize = sizeof(StepPlan)};
+
+		step_plans = hash_create("leapfrog migration steps", 16, &ctl, HASH_ELEM | HASH_BLOBS);
+	}
+	sp = hash_search(step_plans, &key, HASH_ENTER, &found);
+	if (!found || sp->plan == NULL)
+	{
+		Relation	in = table_open(input, AccessShareLock);
+		Relation	progress = table_open(lf_catalog_table("progress"), AccessShareLock);
+		CommonTableExpr *migrated = migrated_cte(in);
+		Query	   *top = makeNode(Query);
+		Query	   *count = makeNode(Query);
+		Aggref	   *agg = makeNode(Aggref);
+		RangeTblEntry *prte;
+		RangeTblEntry *crte = makeNode(RangeTblEntry);
+		RangeTblRef *rtr = makeNode(RangeTblRef);
+		ListCell   *lc;
+		PlannedStmt *ps;
+		MemoryContext old;
+
+		top->cteList = list_make1(migrated);
+		foreach(lc, mig->mappings)
+		{
+			LfMapping  *m = lfirst(lc);
+
+			if (m->input != input)
+				continue;
+			top->cteList = lappend(top->cteList,
+								   insert_cte(mig, m, migrated, RelationGetDescr(in)->natts + 1));
+			migrated->cterefcount++;
+		}
+
+		/* SELECT <id>, count(*) FROM lf_migrated */
+		if (RelationGetDescr(progress)->natts != 2)
+			elog(ERROR, "leapfrog: unexpected definition of leapfrog.progress");
+		agg->aggfnoid = F_COUNT_;
+		agg->aggtype = INT8OID;
+		agg->aggstar = true;
+		agg->aggkind = AGGKIND_NORMAL;
+		agg->aggsplit = AGGSPLIT_SIMPLE;
+		agg->aggno = agg->aggtransno = -1;
+		agg->location = -1;
+		rtr->rtindex = 1;
+		count->commandType = CMD_SELECT;
+		count->querySource = QSRC_ORIGINAL;
+		count->canSetTag = true;
+		count->hasAggs = true;
+		count->rtable = list_make1(migrated_cte_rte(migrated, 1));
+		count->jointree = makeFromExpr(list_make1(rtr), NULL);
+		count->targetList = list_make2(makeTargetEntry((Expr *) makeConst(INT4OID, -1, InvalidOid, 4,
+																		  Int32GetDatum(mig->id), false, true),
+													   1, pstrdup("migration_id"), false),
+									   makeTargetEntry((Expr *) agg, 2, pstrdup("n"), false));
+		migrated->cterefcount++;
+
+		/* INSERT INTO leapfrog.progress (migration_id, n) <count> RETURNING n */
+		prte = relation_rte(progress, ACL_INSERT | ACL_SELECT, lf_catalog_owner());
+		crte->rtekind = RTE_SUBQUERY;
+		crte->subquery = count;
+		crte->eref = makeAlias("lf_count", list_copy(prte->eref->colnames));
+		rtr = makeNode(RangeTblRef);
 		rtr->rtindex = 2;
+		top->commandType = CMD_INSERT;
+		top->querySource = QSRC_ORIGINAL;
+		top->canSetTag = true;
+		top->hasModifyingCTE = true;
+		top->resultRelation = 1;
+		top->rtable = list_make2(prte, crte);
+		top->jointree = makeFromExpr(list_make1(rtr), NULL);
+		top->targetList = list_make2(makeTargetEntry((Expr *) makeVar(2, 1, INT4OID, -1, InvalidOid, 0),
+													 1, pstrdup("migration_id"), false),
+									 makeTargetEntry((Expr *) makeVar(2, 2, INT8OID, -1, InvalidOid, 0),
+													 2, pstrdup("n"), false));
+		top->returningList = list_make1(makeTargetEntry((Expr *) makeVar(1, 2, INT8OID, -1, InvalidOid, 0),
+														1, pstrdup("n"), false));
+		table_close(progress, AccessShareLock);
+		table_close(in, AccessShareLock);
 
-		ins->commandType = CMD_INSERT;
-		ins->querySource = QSRC_ORIGINAL;
-		ins->canSetTag = true;
-		ins->resultRelation = 1;
-		ins->rtable = list_make2(trte, srte);
-		ins->jointree = makeFromExpr(list_make1(rtr), NULL);
-		table_close(rel, AccessShareLock);
-
-		ps = standard_planner(ins, "leapfrog migrate", 0, NULL);
+		ps = standard_planner(top, "leapfrog migrate", 0, NULL);
 		old = MemoryContextSwitchTo(TopMemoryContext);
-		ip->plan = copyObject(ps);
-		ip->target = m->target;
+		sp->plan = copyObject(ps);
 		MemoryContextSwitchTo(old);
 	}
-	return ip->plan;
+	return sp->plan;
+}
+
+/* Receives the RETURNING n of the step: the number of rows migrated. */
+typedef struct CountReceiver
+{
+	DestReceiver pub;
+	uint64		n;
+} CountReceiver;
+
+static bool
+count_receive(TupleTableSlot *slot, DestReceiver *self)
+{
+	bool		isnull;
+	Datum		d = slot_getattr(slot, 1, &isnull);
+
+	if (!isnull)
+		((CountReceiver *) self)->n += DatumGetInt64(d);
+	return true;
 }
 
 /* ---------------------------------------------------------------------
@@ -359,9 +552,9 @@ tid_array(ItemPointer tids, int n)
 }
 
 /*
- * Migrate the given rows of input (sorted, unique or not): claim them,
- * insert their images into every target, log progress.  Rows another
- * transaction migrated meanwhile are skipped.  Returns the rows migrated.
+ * Migrate the given rows of input (sorted, unique or not) in one step (see
+ * above).  Rows another transaction migrated meanwhile are skipped.
+ * Returns the rows migrated.
  */
 uint64
 lf_migrate_rows(LfMigration *mig, Oid input, ItemPointer tids, int ntids)
@@ -371,11 +564,9 @@ lf_migrate_rows(LfMigration *mig, Oid input, ItemPointer tids, int ntids)
 	Oid			save_user;
 	int			save_sec;
 	Snapshot	snap;
-	Datum		arg;
-	uint64		claimed = 0;
-	ItemPointerData *owned;
-	ListCell   *lc;
-	DeletePlan *dp;
+	ParamListInfo params;
+	CountReceiver rcv = {{count_receive, tid_startup, tid_shutdown, tid_destroy, DestNone}, 0};
+	PlannedStmt *plan;
 
 	if (ntids == 0)
 		return 0;
@@ -384,82 +575,24 @@ lf_migrate_rows(LfMigration *mig, Oid input, ItemPointer tids, int ntids)
 	errcb.previous = error_context_stack;
 	error_context_stack = &errcb;
 
+	plan = step_plan(mig, input);
+	params = makeParamList(1);
+	params->params[0].value = tid_array(tids, ntids);
+	params->params[0].isnull = false;
+	params->params[0].pflags = PARAM_FLAG_CONST;
+	params->params[0].ptype = TIDARRAYOID;
+
 	GetUserIdAndSecContext(&save_user, &save_sec);
 	SetUserIdAndSecContext(mig->owner, save_sec | SECURITY_LOCAL_USERID_CHANGE |
 						   SECURITY_RESTRICTED_OPERATION);
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-
-	/*
-	 * Claim: lock the rows.  A row another transaction migrated meanwhile is
-	 * skipped (READ COMMITTED) or raises 40001 (REPEATABLE READ and up).
-	 */
-	arg = tid_array(tids, ntids);
-	SetUserIdAndSecContext(lf_catalog_owner(), save_sec | SECURITY_LOCAL_USERID_CHANGE |
-						   SECURITY_RESTRICTED_OPERATION);
-	dp = delete_plan(input);
-	if (SPI_execute_plan(dp->claim, &arg, NULL, false, 0) != SPI_OK_SELECT)
-		elog(ERROR, "leapfrog: claim statement failed");
-	SetUserIdAndSecContext(mig->owner, save_sec | SECURITY_LOCAL_USERID_CHANGE |
-						   SECURITY_RESTRICTED_OPERATION);
-	claimed = SPI_processed;
-	if (claimed > 0)
-	{
-		uint64		i;
-		ParamListInfo params = makeParamList(1);
-
-		owned = palloc(sizeof(ItemPointerData) * claimed);
-		for (i = 0; i < claimed; i++)
-		{
-			bool		isnull;
-
-			owned[i] = *DatumGetItemPointer(SPI_getbinval(SPI_tuptable->vals[i],
-														  SPI_tuptable->tupdesc, 1, &isnull));
-		}
-		arg = tid_array(owned, (int) claimed);
-		params->params[0].value = arg;
-		params->params[0].isnull = false;
-		params->params[0].pflags = PARAM_FLAG_CONST;
-		params->params[0].ptype = TIDARRAYOID;
-
-		/* Insert the images of the claimed rows into every target. */
-		foreach(lc, mig->mappings)
-		{
-			LfMapping  *m = lfirst(lc);
-
-			if (m->input != input)
-				continue;
-			CommandCounterIncrement();
-			snap = RegisterSnapshot(GetTransactionSnapshot());
-			run_plan(insert_plan(mig, m), "leapfrog migrate", snap, params, None_Receiver);
-			UnregisterSnapshot(snap);
-		}
-		CommandCounterIncrement();
-
-		/* Mark them migrated: gone from the retired table. */
-		SetUserIdAndSecContext(lf_catalog_owner(), save_sec | SECURITY_LOCAL_USERID_CHANGE |
-							   SECURITY_RESTRICTED_OPERATION);
-		if (SPI_execute_plan(dp->delete, &arg, NULL, false, 0) != SPI_OK_DELETE ||
-			SPI_processed != claimed)
-			elog(ERROR, "leapfrog: claimed rows of %s changed while locked", get_rel_name(input));
-
-		/* progress log, written as the owner of the catalog */
-		{
-			Oid			types[2] = {INT4OID, INT8OID};
-			Datum		values[2] = {Int32GetDatum(mig->id), Int64GetDatum((int64) claimed)};
-
-			SetUserIdAndSecContext(lf_catalog_owner(), save_sec | SECURITY_LOCAL_USERID_CHANGE |
-								   SECURITY_RESTRICTED_OPERATION);
-			if (SPI_execute_with_args("INSERT INTO leapfrog.progress (migration_id, n) VALUES ($1, $2)",
-									  2, types, values, NULL, false, 0) != SPI_OK_INSERT)
-				elog(ERROR, "leapfrog: could not log progress");
-		}
-	}
-	SPI_finish();
+	CommandCounterIncrement();
+	snap = RegisterSnapshot(GetTransactionSnapshot());
+	run_plan(plan, "leapfrog migrate", snap, params, (DestReceiver *) &rcv);
+	UnregisterSnapshot(snap);
 	SetUserIdAndSecContext(save_user, save_sec);
 	error_context_stack = errcb.previous;
 	CommandCounterIncrement();
-	return claimed;
+	return rcv.n;
 }
 
 /* ---------------------------------------------------------------------

@@ -232,6 +232,22 @@ lf_spi_exec_as_catalog_owner(const char *sql, int nargs, Oid *types, Datum *valu
  * mapping Query: SELECT <one expression per attribute of target, in
  * attribute order, coerced as the INSERT coerces>, ctid FROM input WHERE ...
  */
+/*
+ * Whole-row references and system columns other than ctid: the migration
+ * step computes the images from the rows it deletes (migrate.c), which
+ * carry the columns and ctid only.
+ */
+static bool
+reads_system_column(Node *node, void *context)
+{
+	if (node == NULL)
+		return false;
+	if (IsA(node, Var))
+		return ((Var *) node)->varattno <= 0 &&
+			((Var *) node)->varattno != SelfItemPointerAttributeNumber;
+	return expression_tree_walker(node, reads_system_column, context);
+}
+
 static Query *
 build_mapping(StartState *st, Query *ins, Oid *input_out)
 {
@@ -300,6 +316,9 @@ build_mapping(StartState *st, Query *ins, Oid *input_out)
 	if (get_rel_persistence(in->relid) == RELPERSISTENCE_TEMP)
 		refuse(errmsg("mapping input \"%s\" is a temporary table", get_rel_name(in->relid)));
 	in->inh = false;
+	if (reads_system_column(sel->jointree->quals, NULL))
+		refuse(errmsg("the filter of a mapping reads a system column or a whole row"),
+			   errdetail("A mapping may read the input's columns and ctid."));
 	if (contain_mutable_functions(sel->jointree->quals))
 		refuse(errmsg("the filter of a mapping must be immutable"),
 			   errdetail("Rows are migrated later than start(); only immutable expressions give the eager result."));
@@ -332,6 +351,10 @@ build_mapping(StartState *st, Query *ins, Oid *input_out)
 			expr = (Node *) makeNullConst(INT4OID, -1, InvalidOid);
 		else
 			expr = (Node *) makeNullConst(att->atttypid, att->atttypmod, att->attcollation);
+		if (reads_system_column(expr, NULL))
+			refuse(errmsg("the value of column \"%s\" in the mapping into \"%s\" reads a system column or a whole row",
+						  NameStr(att->attname), RelationGetRelationName(target)),
+				   errdetail("A mapping may read the input's columns and ctid."));
 		if (contain_mutable_functions(expr))
 			refuse(errmsg("the value of column \"%s\" in the mapping into \"%s\" is not immutable",
 						  NameStr(att->attname), RelationGetRelationName(target)),

@@ -402,6 +402,8 @@ lf_try_complete(LfMigration *mig)
 								 "FROM leapfrog.progress WHERE migration_id OPERATOR(pg_catalog.=) $1) "
 								 "WHERE id OPERATOR(pg_catalog.=) $1 AND state OPERATOR(pg_catalog.<>) 'done'",
 								 1, types, values, SPI_OK_UPDATE);
+	lf_spi_exec_as_catalog_owner("DELETE FROM leapfrog.progress WHERE migration_id OPERATOR(pg_catalog.=) $1",
+								 1, types, values, SPI_OK_DELETE);
 	SPI_finish();
 	/* plans of the new tables lose their LeapfrogMigrate node */
 	foreach(lc, targets)
@@ -515,9 +517,44 @@ next_batch(InputCursor *c, ItemPointerData **tids_out, bool *pass_done)
 }
 
 /*
+ * Record the migration's input row count, for leapfrog.migrations: rows
+ * still in the inputs plus rows logged as migrated, read in one statement
+ * (one snapshot), which is exact because a step deletes rows and logs them
+ * atomically.  Done once per migration, by the worker, so that watching a
+ * migration does not scan its inputs.
+ */
+static void
+count_total(LfMigration *mig)
+{
+	StringInfoData sql;
+	ListCell   *lc;
+	Oid			types[1] = {INT4OID};
+	Datum		values[1] = {Int32GetDatum(mig->id)};
+
+	initStringInfo(&sql);
+	appendStringInfoString(&sql, "UPDATE leapfrog.migration SET tuples_total = "
+						   "(SELECT COALESCE(pg_catalog.sum(n), 0) FROM leapfrog.progress "
+						   "WHERE migration_id OPERATOR(pg_catalog.=) $1)");
+	foreach(lc, mig->inputs)
+	{
+		Oid			relid = lfirst_oid(lc);
+
+		if (!lf_lock_input_if_exists(relid, AccessShareLock))
+			return;				/* completed meanwhile */
+		appendStringInfo(&sql, " OPERATOR(pg_catalog.+) (SELECT pg_catalog.count(*) FROM %s)",
+						 quote_qualified_identifier(get_namespace_name(get_rel_namespace(relid)),
+													get_rel_name(relid)));
+	}
+	appendStringInfoString(&sql, " WHERE id OPERATOR(pg_catalog.=) $1 AND tuples_total IS NULL");
+	lf_spi_exec_as_catalog_owner(sql.data, 1, types, values, SPI_OK_UPDATE);
+}
+
+/*
  * One background batch of migration mig, in its own transaction.  Returns
  * true if the migration has more work or was completed now.
  */
+static List *counted = NIL;	/* migrations count_total() has done, in TopMemoryContext */
+
 static bool
 worker_batch(int migration_id)
 {
@@ -551,6 +588,15 @@ worker_batch(int migration_id)
 
 		if (SPI_connect() != SPI_OK_CONNECT)
 			elog(ERROR, "SPI_connect failed");
+		if (!list_member_int(counted, migration_id))
+		{
+			MemoryContext old;
+
+			count_total(mig);
+			old = MemoryContextSwitchTo(TopMemoryContext);
+			counted = lappend_int(counted, migration_id);
+			MemoryContextSwitchTo(old);
+		}
 		foreach(lc, mig->inputs)
 		{
 			InputCursor *c = cursor_for(lfirst_oid(lc));

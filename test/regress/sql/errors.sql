@@ -87,6 +87,19 @@ SELECT leapfrog.start('er_12', $$CREATE TABLE dst (id int, k int);
 INSERT INTO dst SELECT id, generate_series(1, 2) FROM src;
 DROP TABLE src;$$);
 SELECT * FROM unchanged(:src_oid, :other_oid);
+-- 0A000: a system column other than ctid (the step carries columns and ctid)
+SELECT leapfrog.start('er_12s', $$CREATE TABLE dst (id int, k int);
+INSERT INTO dst SELECT id, tableoid::int FROM src;
+DROP TABLE src;$$);
+SELECT * FROM unchanged(:src_oid, :other_oid);
+-- 0A000: a whole-row reference, in a column and in the filter
+SELECT leapfrog.start('er_12w', $$CREATE TABLE dst (id int, k bool);
+INSERT INTO dst SELECT id, src IS NULL FROM src;
+DROP TABLE src;$$);
+SELECT leapfrog.start('er_12f', $$CREATE TABLE dst (id int);
+INSERT INTO dst SELECT id FROM src WHERE src IS NOT NULL;
+DROP TABLE src;$$);
+SELECT * FROM unchanged(:src_oid, :other_oid);
 -- 0A000: UPDATE
 SELECT leapfrog.start('er_13', $$CREATE TABLE dst (id int PRIMARY KEY, v text NOT NULL);
 INSERT INTO dst SELECT id, v FROM src;
