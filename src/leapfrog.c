@@ -21,7 +21,7 @@ PG_MODULE_MAGIC;
 bool		lf_background = true;
 int			lf_background_delay = 1000;
 int			lf_batch_size = 1000;
-int			lf_background_naptime = 10;
+int			lf_background_naptime = 0;
 int			lf_lock_timeout = 50;
 int			lf_lock_retries = 40;
 
@@ -78,7 +78,7 @@ _PG_init(void)
 							PGC_SIGHUP, 0, NULL, NULL, NULL);
 	DefineCustomIntVariable("leapfrog.background_naptime",
 							"Pause between two background batches.",
-							NULL, &lf_background_naptime, 10, 0, 3600000,
+							NULL, &lf_background_naptime, 0, 0, 3600000,
 							PGC_SIGHUP, GUC_UNIT_MS, NULL, NULL, NULL);
 	DefineCustomIntVariable("leapfrog.lock_timeout",
 							"Lock timeout of one attempt to take the locks of a switch.",
@@ -98,6 +98,7 @@ _PG_init(void)
 	lf_cache_init();
 	lf_register_scan_methods();
 	lf_install_planner_hook();
+	lf_install_estimate_hook();
 	lf_install_executor_hook();
 	lf_install_utility_hook();
 	lf_register_launcher();

@@ -7,6 +7,7 @@
  *	catalog.c	backend-local cache of active migrations and its invalidation
  *	start.c		leapfrog.start(): script analysis and the atomic switch
  *	relevance.c	planner hook: which input rows a statement needs
+ *	estimate.c	planner size estimates of new tables while they fill
  *	scan.c		the LeapfrogMigrate custom scan that carries that plan
  *	migrate.c	ExecutorStart hook and the row migration step itself
  *	worker.c	launcher and per-database background workers, completion
@@ -85,6 +86,7 @@ extern bool lf_is_target(Oid relid);
 extern bool lf_is_input(Oid relid);
 extern bool lf_lock_input_if_exists(Oid relid, LOCKMODE mode);
 extern Oid	lf_catalog_relid(void);
+extern Oid	lf_catalog_table(const char *name);
 extern Oid	lf_catalog_owner(void);
 extern void lf_spi_exec_as_catalog_owner(const char *sql, int nargs, Oid *types,
 										 Datum *values, int expect);
@@ -93,6 +95,9 @@ extern Oid	lf_retired_namespace(void);
 
 /* relevance.c */
 extern void lf_install_planner_hook(void);
+
+/* estimate.c */
+extern void lf_install_estimate_hook(void);
 
 /* scan.c */
 extern void lf_register_scan_methods(void);
