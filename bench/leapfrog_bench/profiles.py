@@ -18,7 +18,7 @@ PROFILES = {
     # split at a fixed rate with headroom.  W=10 (300k customers) makes the
     # eager split stall a few seconds, a fifth of the window.
     "quick": dict(
-        warehouses=10, clients=8, threads=2, duration=25, migrate_at=6,
+        warehouses=10, clients=8, threads=2, duration=30, migrate_at=10,
         loads=["saturated", "rate"], migrations=["split", "aggregate", "join"],
         rate_migrations=["split"],
         strategies=["baseline", "eager", "multistep", "lazy", "lazy_nobg"],
