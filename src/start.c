@@ -501,10 +501,14 @@ retire(StartState *st, RawStmt *rs, Oid relid)
 	 * What eager DROP would remove and that would otherwise keep acting on
 	 * the retired table: its outgoing foreign keys (they would block changes
 	 * to the referenced tables), its user triggers and row security (they
-	 * would fire on, or filter, the migration's own deletes).
+	 * would fire on, or filter, the migration's own deletes).  Autovacuum
+	 * is off too: the table only loses rows until it is dropped, and
+	 * vacuuming it would compete with the migration for nothing (vacuum
+	 * against wraparound still runs).
 	 */
 	initStringInfo(&sql);
-	appendStringInfo(&sql, "ALTER TABLE %s DISABLE TRIGGER USER, DISABLE ROW LEVEL SECURITY, NO FORCE ROW LEVEL SECURITY", qname);
+	appendStringInfo(&sql, "ALTER TABLE %s DISABLE TRIGGER USER, DISABLE ROW LEVEL SECURITY, NO FORCE ROW LEVEL SECURITY, "
+					 "SET (autovacuum_enabled = false)", qname);
 	if (SPI_execute(sql.data, false, 0) != SPI_OK_UTILITY)
 		elog(ERROR, "could not prepare %s for retirement", qname);
 	{
