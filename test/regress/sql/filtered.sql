@@ -85,6 +85,8 @@ SELECT leapfrog.start('addr_ctid', $$
 $$);
 SELECT id, city, old_ctid FROM fl_lazy.addr2 WHERE id IN (3, 8) ORDER BY id;
 SELECT leapfrog.complete('addr_ctid');
+-- Completion analyzed the new table (it was filled row by row).
+SELECT reltuples AS analyzed_rows FROM pg_class WHERE oid = 'fl_lazy.addr2'::regclass;
 SELECT count(*) AS rows,
        count(*) FILTER (WHERE a.old_ctid = e.old_ctid AND a.city = upper(e.city)) AS equal
   FROM fl_lazy.addr2 a FULL JOIN addr_eager e USING (id);
