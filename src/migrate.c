@@ -41,7 +41,6 @@
 #include "catalog/pg_operator.h"
 #include "catalog/pg_type.h"
 #include "executor/executor.h"
-#include "executor/spi.h"
 #include "miscadmin.h"
 #include "nodes/makefuncs.h"
 #include "nodes/nodeFuncs.h"
@@ -346,24 +345,20 @@ migrated_cte(Relation in)
 	return cte;
 }
 
-/* INSERT INTO target SELECT <mapping> FROM lf_migrated, as a CTE. */
-static CommonTableExpr *
-insert_cte(LfMigration *mig, LfMapping *m, CommonTableExpr *migrated, int ctid_attno)
+/*
+ * INSERT INTO rel SELECT * FROM (sub): every live column of rel from the
+ * subquery's column of the same attribute number.  rte is rel's entry.
+ */
+static Query *
+insert_select(Relation rel, RangeTblEntry *rte, Query *sub, const char *alias)
 {
-	CommonTableExpr *cte = makeNode(CommonTableExpr);
-	Query	   *sub = copyObject(m->query);
 	Query	   *ins = makeNode(Query);
-	Relation	rel = table_open(m->target, AccessShareLock);
 	TupleDesc	desc = RelationGetDescr(rel);
-	RangeTblEntry *trte = relation_rte(rel, ACL_INSERT, mig->owner);
 	RangeTblEntry *srte = makeNode(RangeTblEntry);
 	RangeTblRef *rtr = makeNode(RangeTblRef);
+	List	   *colnames;
+	ListCell   *lc;
 	int			attno;
-
-	if (list_length(sub->rtable) != 1 || rt_fetch(1, sub->rtable)->relid != m->input)
-		elog(ERROR, "leapfrog: unexpected mapping %d", m->id);
-	sub->rtable = list_make1(migrated_cte_rte(migrated, 2));
-	(void) query_tree_walker(sub, retarget_ctid_walker, &ctid_attno, 0);
 
 	for (attno = 1; attno <= desc->natts; attno++)
 	{
@@ -378,15 +373,36 @@ insert_cte(LfMigration *mig, LfMapping *m, CommonTableExpr *migrated, int ctid_a
 	}
 	srte->rtekind = RTE_SUBQUERY;
 	srte->subquery = sub;
-	srte->eref = makeAlias("lf_source", lappend(list_copy(trte->eref->colnames), makeString("lf_ctid")));
+	colnames = list_copy(rte->eref->colnames);
+	foreach(lc, sub->targetList)	/* the subquery's extra columns (lf_ctid) */
+		if (((TargetEntry *) lfirst(lc))->resno > list_length(colnames))
+			colnames = lappend(colnames, makeString(pstrdup(((TargetEntry *) lfirst(lc))->resname)));
+	srte->eref = makeAlias(pstrdup(alias), colnames);
 	rtr->rtindex = 2;
 
 	ins->commandType = CMD_INSERT;
 	ins->querySource = QSRC_ORIGINAL;
-	ins->canSetTag = false;
 	ins->resultRelation = 1;
-	ins->rtable = list_make2(trte, srte);
+	ins->rtable = list_make2(rte, srte);
 	ins->jointree = makeFromExpr(list_make1(rtr), NULL);
+	return ins;
+}
+
+/* INSERT INTO target SELECT <mapping> FROM lf_migrated, as a CTE. */
+static CommonTableExpr *
+insert_cte(LfMigration *mig, LfMapping *m, CommonTableExpr *migrated, int ctid_attno)
+{
+	CommonTableExpr *cte = makeNode(CommonTableExpr);
+	Query	   *sub = copyObject(m->query);
+	Relation	rel = table_open(m->target, AccessShareLock);
+	Query	   *ins;
+
+	if (list_length(sub->rtable) != 1 || rt_fetch(1, sub->rtable)->relid != m->input)
+		elog(ERROR, "leapfrog: unexpected mapping %d", m->id);
+	sub->rtable = list_make1(migrated_cte_rte(migrated, 2));
+	(void) query_tree_walker(sub, retarget_ctid_walker, &ctid_attno, 0);
+	ins = insert_select(rel, relation_rte(rel, ACL_INSERT, mig->owner), sub, "lf_source");
+	ins->canSetTag = false;
 	table_close(rel, AccessShareLock);
 
 	cte->ctename = psprintf("lf_insert_%d", m->id);
@@ -415,25 +431,22 @@ step_plan(LfMigration *mig, Oid input)
 		Relation	in = table_open(input, AccessShareLock);
 		Relation	progress = table_open(lf_catalog_table("progress"), AccessShareLock);
 		CommonTableExpr *migrated = migrated_cte(in);
-		Query	   *top = makeNode(Query);
+		List	   *ctes = list_make1(migrated);
+		Query	   *top;
 		Query	   *count = makeNode(Query);
 		Aggref	   *agg = makeNode(Aggref);
-		RangeTblEntry *prte;
-		RangeTblEntry *crte = makeNode(RangeTblEntry);
 		RangeTblRef *rtr = makeNode(RangeTblRef);
 		ListCell   *lc;
 		PlannedStmt *ps;
 		MemoryContext old;
 
-		top->cteList = list_make1(migrated);
 		foreach(lc, mig->mappings)
 		{
 			LfMapping  *m = lfirst(lc);
 
 			if (m->input != input)
 				continue;
-			top->cteList = lappend(top->cteList,
-								   insert_cte(mig, m, migrated, RelationGetDescr(in)->natts + 1));
+			ctes = lappend(ctes, insert_cte(mig, m, migrated, RelationGetDescr(in)->natts + 1));
 			migrated->cterefcount++;
 		}
 
@@ -461,23 +474,11 @@ step_plan(LfMigration *mig, Oid input)
 		migrated->cterefcount++;
 
 		/* INSERT INTO leapfrog.progress (migration_id, n) <count> RETURNING n */
-		prte = relation_rte(progress, ACL_INSERT | ACL_SELECT, lf_catalog_owner());
-		crte->rtekind = RTE_SUBQUERY;
-		crte->subquery = count;
-		crte->eref = makeAlias("lf_count", list_copy(prte->eref->colnames));
-		rtr = makeNode(RangeTblRef);
-		rtr->rtindex = 2;
-		top->commandType = CMD_INSERT;
-		top->querySource = QSRC_ORIGINAL;
+		top = insert_select(progress, relation_rte(progress, ACL_INSERT | ACL_SELECT, lf_catalog_owner()),
+							count, "lf_count");
 		top->canSetTag = true;
 		top->hasModifyingCTE = true;
-		top->resultRelation = 1;
-		top->rtable = list_make2(prte, crte);
-		top->jointree = makeFromExpr(list_make1(rtr), NULL);
-		top->targetList = list_make2(makeTargetEntry((Expr *) makeVar(2, 1, INT4OID, -1, InvalidOid, 0),
-													 1, pstrdup("migration_id"), false),
-									 makeTargetEntry((Expr *) makeVar(2, 2, INT8OID, -1, InvalidOid, 0),
-													 2, pstrdup("n"), false));
+		top->cteList = ctes;
 		top->returningList = list_make1(makeTargetEntry((Expr *) makeVar(1, 2, INT8OID, -1, InvalidOid, 0),
 														1, pstrdup("n"), false));
 		table_close(progress, AccessShareLock);
