@@ -22,6 +22,7 @@ bool		lf_background = true;
 int			lf_background_delay = 1000;
 int			lf_batch_size = 1000;
 int			lf_background_naptime = 0;
+int			lf_background_workers = 2;
 int			lf_lock_timeout = 50;
 int			lf_lock_retries = 40;
 
@@ -80,6 +81,10 @@ _PG_init(void)
 							"Pause between two background batches.",
 							NULL, &lf_background_naptime, 0, 0, 3600000,
 							PGC_SIGHUP, GUC_UNIT_MS, NULL, NULL, NULL);
+	DefineCustomIntVariable("leapfrog.background_workers",
+							"Background workers per database with a running migration.",
+							NULL, &lf_background_workers, 2, 1, LF_MAX_WORKERS,
+							PGC_SIGHUP, 0, NULL, NULL, NULL);
 	DefineCustomIntVariable("leapfrog.lock_timeout",
 							"Lock timeout of one attempt to take the locks of a switch.",
 							NULL, &lf_lock_timeout, 50, 1, 60000,

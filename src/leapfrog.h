@@ -40,6 +40,9 @@ extern bool lf_background;
 extern int	lf_background_delay;
 extern int	lf_batch_size;
 extern int	lf_background_naptime;
+extern int	lf_background_workers;
+
+#define LF_MAX_WORKERS 8		/* per database */
 extern int	lf_lock_timeout;
 extern int	lf_lock_retries;
 

@@ -1,23 +1,31 @@
 /*-------------------------------------------------------------------------
  * worker.c
- *	  Background migration: a launcher, one worker per database, completion.
+ *	  Background migration: a launcher, workers per database, completion.
  *
  * The launcher is a static background worker (restarted after a crash).
- * At startup it asks for a worker in every database that accepts
+ * At startup it asks for workers in every database that accepts
  * connections, since it cannot know which ones have migrations running;
- * after that, start() asks for one in its own database at commit.  A
- * database worker migrates unmigrated rows in physical order, in small
- * transactions (leapfrog.batch_size rows, leapfrog.background_naptime
- * between batches, leapfrog.background_delay after start()), skipping rows
- * that sessions are migrating (SKIP LOCKED); when an input is empty it
- * completes the migration.  It exits when its database has no running
- * migration left.
+ * after that, start() asks for them in its own database at commit.  A
+ * database has leapfrog.background_workers workers.  Each migrates
+ * unmigrated rows in physical order, in small transactions
+ * (leapfrog.batch_size rows, leapfrog.background_naptime between batches,
+ * leapfrog.background_delay after start()), skipping rows that sessions or
+ * the other workers are migrating (SKIP LOCKED).  Worker k of n starts its
+ * first pass at block k/n of each input, so the workers begin on disjoint
+ * parts; a worker whose pass ends while rows remain starts over at block 0
+ * and helps the others.  When the inputs are empty a worker completes the
+ * migration (one of them wins, see lf_try_complete).  Workers exit when
+ * their database has no running migration left.
+ *
+ * Why several: under a saturating load one worker gets a small share of
+ * the CPU, and every statement pays the cost of the migration (relevance
+ * queries, migrating the rows it needs) for as long as it lasts.
  *
  * Shared state (LfShared) is protected by its LWLock: slots[] says, per
- * database, whether a worker is wanted and which pid runs it.  A worker
- * clears `wanted` when it starts a round and exits only if nobody set it
- * again meanwhile, so a start() committed while the worker was finding
- * nothing to do is never missed.
+ * database and worker number, whether a worker is wanted and which pid
+ * runs it.  A worker clears its `wanted` flag when it starts a round and
+ * exits only if nobody set it again meanwhile, so a start() committed while
+ * the worker was finding nothing to do is never missed.
  *-------------------------------------------------------------------------
  */
 #include "leapfrog.h"
@@ -57,8 +65,8 @@
 typedef struct LfSlot
 {
 	Oid			dboid;
-	bool		wanted;
-	pid_t		pid;			/* 0: none; -1: being launched */
+	bool		wanted[LF_MAX_WORKERS];
+	pid_t		pid[LF_MAX_WORKERS];	/* 0: none; -1: being launched */
 } LfSlot;
 
 typedef struct LfShared
@@ -69,6 +77,8 @@ typedef struct LfShared
 } LfShared;
 
 static LfShared *lf_shared = NULL;
+static int	my_worker_number = 0;	/* in a database worker */
+static int	my_worker_count = 1;	/* workers of the database when it began */
 static Oid	wake_db_at_commit = InvalidOid;
 static bool xact_callback_registered = false;
 
@@ -119,9 +129,8 @@ slot_for(Oid dboid, bool create)
 	}
 	if (create && free_slot)
 	{
+		memset(free_slot, 0, sizeof(LfSlot));
 		free_slot->dboid = dboid;
-		free_slot->wanted = false;
-		free_slot->pid = 0;
 	}
 	return create ? free_slot : NULL;
 }
@@ -134,7 +143,12 @@ want_worker(Oid dboid)
 	LWLockAcquire(lf_shared->lock, LW_EXCLUSIVE);
 	s = slot_for(dboid, true);
 	if (s)
-		s->wanted = true;
+	{
+		int			k;
+
+		for (k = 0; k < lf_background_workers; k++)
+			s->wanted[k] = true;
+	}
 	LWLockRelease(lf_shared->lock);
 	if (s == NULL)
 		ereport(WARNING,
@@ -209,7 +223,7 @@ want_all_databases(void)
 }
 
 static bool
-launch_worker(Oid dboid)
+launch_worker(Oid dboid, int number)
 {
 	BackgroundWorker w = {0};
 	BackgroundWorkerHandle *handle;
@@ -219,9 +233,10 @@ launch_worker(Oid dboid)
 	w.bgw_restart_time = BGW_NEVER_RESTART;
 	snprintf(w.bgw_library_name, BGW_MAXLEN, "leapfrog");
 	snprintf(w.bgw_function_name, BGW_MAXLEN, "lf_worker_main");
-	snprintf(w.bgw_name, BGW_MAXLEN, "leapfrog worker for database %u", dboid);
+	snprintf(w.bgw_name, BGW_MAXLEN, "leapfrog worker %d for database %u", number, dboid);
 	snprintf(w.bgw_type, BGW_MAXLEN, "leapfrog worker");
 	w.bgw_main_arg = ObjectIdGetDatum(dboid);
+	memcpy(w.bgw_extra, &number, sizeof(number));
 	w.bgw_notify_pid = MyProcPid;
 	return RegisterDynamicBackgroundWorker(&w, &handle);
 }
@@ -252,18 +267,24 @@ lf_launcher_main(Datum arg)
 		for (i = 0; i < LF_MAX_DATABASES; i++)
 		{
 			LfSlot	   *s = &lf_shared->slots[i];
+			bool		in_use = false;
+			int			k;
 
-			if (s->dboid == InvalidOid || s->pid != 0)
+			if (s->dboid == InvalidOid)
 				continue;
-			if (!s->wanted)
+			for (k = 0; k < LF_MAX_WORKERS; k++)
 			{
-				s->dboid = InvalidOid;	/* free the slot */
-				continue;
+				if (s->pid[k] == 0 && s->wanted[k])
+				{
+					if (launch_worker(s->dboid, k))
+						s->pid[k] = -1;
+					else
+						timeout = 1000; /* no bgworker slot free: retry soon */
+				}
+				in_use |= s->pid[k] != 0 || s->wanted[k];
 			}
-			if (launch_worker(s->dboid))
-				s->pid = -1;
-			else
-				timeout = 1000; /* no bgworker slot free: retry soon */
+			if (!in_use)
+				s->dboid = InvalidOid;	/* free the slot */
 		}
 		LWLockRelease(lf_shared->lock);
 
@@ -280,6 +301,7 @@ lf_launcher_main(Datum arg)
 typedef struct InputCursor
 {
 	Oid			input;
+	bool		started;		/* next is set */
 	BlockNumber next;			/* next block to visit */
 	BlockNumber step;			/* blocks per batch, adapted */
 } InputCursor;
@@ -312,8 +334,8 @@ worker_exit(int code, Datum arg)
 
 	LWLockAcquire(lf_shared->lock, LW_EXCLUSIVE);
 	s = slot_for(MyDatabaseId, false);
-	if (s && s->pid == MyProcPid)
-		s->pid = 0;
+	if (s && s->pid[my_worker_number] == MyProcPid)
+		s->pid[my_worker_number] = 0;
 	LWLockRelease(lf_shared->lock);
 	if (lf_shared->launcher_latch)
 		SetLatch(lf_shared->launcher_latch);
@@ -404,6 +426,15 @@ lf_try_complete(LfMigration *mig)
 								 "FROM leapfrog.progress WHERE migration_id OPERATOR(pg_catalog.=) $1) "
 								 "WHERE id OPERATOR(pg_catalog.=) $1 AND state OPERATOR(pg_catalog.<>) 'done'",
 								 1, types, values, SPI_OK_UPDATE);
+	if (SPI_processed == 0)
+	{
+		/*
+		 * Another worker (or leapfrog.complete()) completed it first: our
+		 * UPDATE waited for its row lock and found the row done.
+		 */
+		SPI_finish();
+		return true;
+	}
 	lf_spi_exec_as_catalog_owner("DELETE FROM leapfrog.progress WHERE migration_id OPERATOR(pg_catalog.=) $1",
 								 1, types, values, SPI_OK_DELETE);
 
@@ -511,6 +542,12 @@ next_batch(InputCursor *c, ItemPointerData **tids_out, bool *pass_done)
 	rel = table_open(c->input, AccessShareLock);
 	nblocks = RelationGetNumberOfBlocks(rel);
 	table_close(rel, AccessShareLock);
+	if (!c->started)
+	{
+		/* worker k of n begins at block k/n: see the top of the file */
+		c->next = (BlockNumber) ((uint64) nblocks * my_worker_number / my_worker_count);
+		c->started = true;
+	}
 	if (c->next >= nblocks)
 	{
 		*pass_done = true;
@@ -617,7 +654,7 @@ worker_batch(int migration_id)
 
 		if (SPI_connect() != SPI_OK_CONNECT)
 			elog(ERROR, "SPI_connect failed");
-		if (!list_member_int(counted, migration_id))
+		if (my_worker_number == 0 && !list_member_int(counted, migration_id))
 		{
 			MemoryContext old;
 
@@ -805,10 +842,12 @@ lf_worker_main(Datum arg)
 	BackgroundWorkerUnblockSignals();
 	BackgroundWorkerInitializeConnectionByOid(dboid, InvalidOid, 0);
 
+	memcpy(&my_worker_number, MyBgworkerEntry->bgw_extra, sizeof(my_worker_number));
+	my_worker_count = Max(lf_background_workers, my_worker_number + 1);
 	LWLockAcquire(lf_shared->lock, LW_EXCLUSIVE);
 	s = slot_for(dboid, true);
 	if (s)
-		s->pid = MyProcPid;
+		s->pid[my_worker_number] = MyProcPid;
 	LWLockRelease(lf_shared->lock);
 	before_shmem_exit(worker_exit, (Datum) 0);
 	pgstat_report_appname("leapfrog worker");
@@ -832,7 +871,7 @@ lf_worker_main(Datum arg)
 		}
 		LWLockAcquire(lf_shared->lock, LW_EXCLUSIVE);
 		if (s)
-			s->wanted = false;
+			s->wanted[my_worker_number] = false;
 		LWLockRelease(lf_shared->lock);
 
 		MemoryContextReset(loop_cxt);
@@ -856,7 +895,7 @@ lf_worker_main(Datum arg)
 			bool		wanted;
 
 			LWLockAcquire(lf_shared->lock, LW_EXCLUSIVE);
-			wanted = s && s->wanted;
+			wanted = s && s->wanted[my_worker_number];
 			LWLockRelease(lf_shared->lock);
 			if (!wanted)
 				proc_exit(0);

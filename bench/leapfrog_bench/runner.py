@@ -42,6 +42,7 @@ class Runner:
         os.makedirs(self.out, exist_ok=True)
         t0 = time.time()
         settings = default_settings(self.p["shared_buffers"])
+        settings.update(self.p.get("settings", {}))
         self.cluster = Cluster(settings=settings, keep=self.keep_cluster, log=self.log)
         self.log(f"cluster: {self.cluster.dir} port {self.cluster.port}, "
                  f"leapfrog preloaded: {self.cluster.leapfrog}")

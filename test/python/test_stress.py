@@ -1,4 +1,4 @@
-"""Concurrent stress with invariants, background worker on.
+"""Concurrent stress with invariants, background workers on (three).
 
 A bank table is replaced by a new version (same name, new types, a computed
 column) with leapfrog.start; then client threads run, at mixed isolation
@@ -261,6 +261,7 @@ class InvariantReader(threading.Thread):
 
 def test_stress_transfers_and_increments(make_cluster):
     c = make_cluster(**{"leapfrog.background": "on", "leapfrog.background_delay": 500,
+                        "leapfrog.background_workers": 3,
                         "leapfrog.batch_size": 100, "leapfrog.background_naptime": 60})
     c.create_database("app")
     with c.connect("app") as conn:
@@ -346,6 +347,7 @@ def test_completion_race(make_cluster):
     and see every row exactly once."""
     needs_real_extension()
     c = make_cluster(**{"leapfrog.background": "on", "leapfrog.background_delay": 0,
+                        "leapfrog.background_workers": 3,
                         "leapfrog.batch_size": 5, "leapfrog.background_naptime": 25})
     c.create_database("app")
     rows = 60
@@ -405,3 +407,56 @@ def test_completion_race(make_cluster):
         for conn in conns:
             conn.close()
     assert not errors, "errors (first 10 of %d): %r" % (len(errors), errors[:10])
+
+
+def test_parallel_workers_share_the_migration(make_cluster):
+    """leapfrog.background_workers = 3: three workers migrate one table at
+    once (seen together in pg_stat_activity), while clients update rows;
+    every row ends up migrated exactly once with the clients' updates, and
+    the count of migrated rows is exact."""
+    needs_real_extension()
+    rows = 60_000
+    c = make_cluster(**{"leapfrog.background": "on", "leapfrog.background_delay": 0,
+                        "leapfrog.background_workers": 3, "leapfrog.batch_size": 200,
+                        "leapfrog.background_naptime": 5})
+    c.create_database("app")
+    with c.connect("app") as conn:
+        conn.execute("CREATE TABLE t (id int PRIMARY KEY, v int NOT NULL)")
+        conn.execute("INSERT INTO t SELECT g, g FROM generate_series(1, %s) g", [rows])
+        conn.execute("SELECT leapfrog.start('t_v2', %s)",
+                     ["CREATE TABLE t_v2 (id int PRIMARY KEY, v int NOT NULL, twice int); "
+                      "INSERT INTO t_v2 SELECT id, v, 2 * v FROM t; DROP TABLE t;"])
+    seen = {}          # pid -> batches seen active
+    most_at_once = 0
+    bumps = 0
+    rng = random.Random(7)
+    deadline = time.monotonic() + 120
+    with c.connect("app") as conn:
+        while time.monotonic() < deadline:
+            active = [r[0] for r in conn.execute(
+                "SELECT pid FROM pg_stat_activity WHERE backend_type = 'leapfrog worker' "
+                "AND datname = 'app'").fetchall()]
+            most_at_once = max(most_at_once, len(active))
+            for r in conn.execute("SELECT pid FROM pg_stat_activity WHERE backend_type = "
+                                  "'leapfrog worker' AND query = 'leapfrog: migrating a batch' "
+                                  "AND state = 'active'").fetchall():
+                seen[r[0]] = seen.get(r[0], 0) + 1
+            assert conn.execute("UPDATE t_v2 SET v = v + 1 WHERE id = %s",
+                                [rng.randint(1, rows)]).rowcount == 1
+            bumps += 1
+            if conn.execute("SELECT state FROM leapfrog.migrations").fetchone()[0] == "done":
+                break
+        assert conn.execute("SELECT leapfrog.wait('t_v2', 60)").fetchone()[0]
+        mig = conn.execute("SELECT state, tuples_total, tuples_migrated FROM leapfrog.migrations"
+                           ).fetchall()
+        n, d, sv, bad = conn.execute(
+            "SELECT count(*), count(DISTINCT id), sum(v), count(*) FILTER (WHERE twice <> 2 * id) "
+            "FROM t_v2").fetchone()
+    print("workers seen at once: %d; batches seen per worker: %r; updates: %d"
+          % (most_at_once, seen, bumps))
+    assert most_at_once == 3, "never saw 3 workers at once (max %d)" % most_at_once
+    assert len(seen) >= 2, "batches seen from %d worker(s) only: %r" % (len(seen), seen)
+    assert mig == [("done", rows, rows)], mig
+    assert (n, d, bad) == (rows, rows, 0)
+    assert sv == rows * (rows + 1) // 2 + bumps
+    assert retired_tables_after_completion(c, "app") == []
