@@ -154,12 +154,12 @@ tap)
     ;;
 python)
     [ -d "$R/python" ] || continue
-    echo "== pytest: test/python"
+    echo "== pytest: test/python bench/tests"
     if [ ! -x "$PY" ]; then
         echo "no .venv: run ./scripts/install-deps.sh"
         TOTAL_FAIL=$((TOTAL_FAIL + 1)); FAILED_SUITES+=(python); continue
     fi
-    (cd "$R/.." && as_runner "$PY" -m pytest -q -p no:cacheprovider test/python) 2>&1 | tee "$WORK/python.log"
+    (cd "$R/.." && as_runner "$PY" -m pytest -q -p no:cacheprovider test/python bench/tests) 2>&1 | tee "$WORK/python.log"
     rc=${PIPESTATUS[0]}
     last=$(grep -E '[0-9]+ (passed|failed|error)' "$WORK/python.log" | tail -n 1)
     ok=$(echo "$last" | grep -oE '[0-9]+ passed' | grep -oE '[0-9]+' || true)

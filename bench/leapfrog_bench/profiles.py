@@ -11,19 +11,25 @@ PROFILES = {
         warehouses=1, clients=4, threads=2, duration=12, migrate_at=4,
         loads=["saturated"], migrations=["split"],
         strategies=["baseline", "eager", "multistep", "lazy"],
+        repeat={("saturated", "split"): (2, ["eager", "lazy"])},  # exercises the rounds
         shared_buffers="512MB", rate_fraction=0.65,
         multistep=dict(batch_size=1000, naptime_ms=0),
     ),
     # Under 10 minutes: every migration and strategy at saturation, and the
     # split at a fixed rate with headroom.  W=10 (300k customers) makes the
-    # eager split stall a few seconds, a fifth of the window.
+    # eager split stall 2 to 3.5 s, about a sixth of the 17 s window.
     "quick": dict(
-        warehouses=10, clients=8, threads=2, duration=30, migrate_at=10,
+        warehouses=10, clients=8, threads=2, duration=25, migrate_at=8,
         loads=["saturated", "rate"], migrations=["split", "aggregate", "join"],
         rate_migrations=["split"],
         strategies=["baseline", "eager", "multistep", "lazy", "lazy_nobg"],
         # (load, strategy) -> migrations it runs for; keeps quick under 10 min
         only={("saturated", "lazy_nobg"): ["split"], ("rate", "lazy_nobg"): []},
+        # (load, migration) -> (runs, strategies run that many times, in
+        # interleaved rounds; medians reported): the split's comparison at
+        # saturation is the headline figure, and the machine's drift between
+        # single runs is as large as the differences it measures
+        repeat={("saturated", "split"): (3, ["eager", "multistep", "lazy"])},
         shared_buffers="2GB", rate_fraction=0.65,
         multistep=dict(batch_size=1000, naptime_ms=0),
     ),

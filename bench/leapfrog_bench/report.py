@@ -75,8 +75,27 @@ def write_markdown(runner, path, figs):
                      if s in strats and strats[s].get("reason")]
             if notes:
                 L.append("\n" + "\n".join(notes))
-            L.append("\nRatios (lazy over the other strategy, same run; n/a where a side "
-                     "did not run or has no value):\n")
+            reps = [s for s in ORDER if s in strats and strats[s].get("runs")]
+            if reps:
+                n = max(len(strats[s]["runs"]) for s in reps)
+                L.append(f"\n{', '.join(reps)}: {n} runs each, in interleaved rounds; the table "
+                         "shows medians (the plots show the run with the median committed count). "
+                         "Committed per round:\n")
+                L.append("| strategy | " + " | ".join(f"round {i + 1}" for i in range(n)) + " |")
+                L.append("|---|" + "---|" * n)
+                for s in reps:
+                    L.append(f"| {s} | " + " | ".join(_fmt(r.get("committed"))
+                                                      for r in strats[s]["runs"]) + " |")
+                for lz in ("lazy", "lazy_nobg"):
+                    for other in ("eager", "multistep"):
+                        if lz in reps and other in reps:
+                            per = [_ratio(a.get("committed"), b.get("committed")) for a, b in
+                                   zip(strats[lz]["runs"], strats[other]["runs"])]
+                            L.append(f"| {lz}/{other} | " + " | ".join(_fmt(x) for x in per)
+                                     + " |")
+            L.append("\nRatios (lazy over the other strategy, same invocation"
+                     + ("; of the medians where repeated" if reps else "")
+                     + "; n/a where a side did not run or has no value):\n")
             L.append("| ratio | " + " | ".join(r[1] for r in RATIOS) + " |")
             L.append("|---|" + "---|" * len(RATIOS))
             for lz in ("lazy", "lazy_nobg"):

@@ -5,6 +5,7 @@ import csv
 import json
 import os
 import platform
+import statistics
 import subprocess
 import threading
 import time
@@ -18,6 +19,9 @@ from .strategies import DRIVERS, LAZY, probe_lazy_support
 from .workload import PgbenchRun
 
 TEMPLATE = "tpcc_tmpl"
+# Figures that are medians when a strategy runs several times (repeat).
+REPEATED_FIGURES = ("committed", "tps_window", "tps_window_vs_before", "switch_s", "complete_s",
+                    "longest_stall_s", "p50_ms", "p99_ms")
 RUNDB = "tpcc_run"
 
 
@@ -68,7 +72,7 @@ class Runner:
         leapfrog = self.cluster.leapfrog
         self.meta.update({
             "profile": p.get("name"),
-            "params": {k: v for k, v in p.items() if k not in ("name", "only")},
+            "params": _jsonable({k: v for k, v in p.items() if k != "name"}),
             "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "host": {"cpus": os.cpu_count(), "machine": platform.machine(),
                      "mem_gib": _mem_gib()},
@@ -115,6 +119,7 @@ class Runner:
             for m in migs:
                 self.results[load][m] = {"baseline": dict(base)}
                 self._copy_series(load, "baseline", m)
+                todo = []
                 for s in p["strategies"]:
                     if s == "baseline":
                         continue
@@ -126,17 +131,62 @@ class Runner:
                         self.results[load][m][s] = _na(st, reason)
                         self.log(f"  {m:9s} {s:10s} {st}: {reason}")
                         continue
-                    r = self.safe_run_one(load, rate if load == "rate" else None, m, s)
-                    if (r.get("tps_before") is not None and base.get("tps_before")
-                            and r["tps_before"] < 0.6 * base["tps_before"]):
-                        r["notes"].append(
-                            f"throughput before the migration was {r['tps_before']} tps, under 60% "
-                            f"of the baseline's {base['tps_before']}: the machine was probably "
-                            "busy with something else; rerun before trusting this row")
-                        self.log("    warning: " + r["notes"][-1])
+                    todo.append(s)
+                # Strategies repeated for this (load, migration) run in
+                # interleaved rounds, so drift of the machine's speed hits
+                # them alike; each reports the median of its runs.
+                nrep, rep_strats = p.get("repeat", {}).get((load, m), (1, []))
+                runs = {s: [] for s in todo}
+                for rnd in range(max(1, nrep)):
+                    for s in todo:
+                        if rnd > 0 and s not in rep_strats:
+                            continue
+                        if rnd > 0:
+                            self.log(f"  (round {rnd + 1} of {nrep})")
+                        r = self.safe_run_one(load, rate if load == "rate" else None, m, s,
+                                              defer=True, rnd=rnd)
+                        if (r.get("tps_before") is not None and base.get("tps_before")
+                                and r["tps_before"] < 0.6 * base["tps_before"]):
+                            r["notes"].append(
+                                f"throughput before the migration was {r['tps_before']} tps, under "
+                                f"60% of the baseline's {base['tps_before']}: the machine was "
+                                "probably busy with something else; rerun before trusting this row")
+                            self.log("    warning: " + r["notes"][-1])
+                        runs[s].append(r)
+                for s in todo:
+                    r = self._median_of(runs[s])
                     if r.get("p99_ms") and base.get("p99_ms"):
                         r["p99_ratio_vs_baseline"] = round(r["p99_ms"] / base["p99_ms"], 2)
                     self.results[load][m][s] = r
+
+    def _median_of(self, runs):
+        """One run: as is.  Several: the figures are medians over the runs,
+        the series and plots are those of the run with the median committed
+        count, and `runs` lists every run's figures."""
+        ok = [r for r in runs if r.get("status") == "ok" and r.get("committed") is not None]
+        if len(runs) == 1 or not ok:
+            rep = runs[0]
+            self._store_deferred(rep)
+            return rep
+        ok.sort(key=lambda r: r["committed"])
+        rep = dict(ok[(len(ok) - 1) // 2])
+        self._store_deferred(rep)
+        for k in REPEATED_FIGURES:
+            vals = [r.get(k) for r in ok]
+            if any(v is None for v in vals):
+                rep[k] = None if all(v is None for v in vals) else rep.get(k)
+            else:
+                rep[k] = statistics.median(vals)
+        rep["runs"] = [{k: r.get(k) for k in ("status",) + REPEATED_FIGURES} for r in runs]
+        if len(ok) < len(runs):
+            rep["notes"] = rep.get("notes", []) + [
+                f"{len(runs) - len(ok)} of {len(runs)} runs did not end ok: medians over the others"]
+        return rep
+
+    def _store_deferred(self, r):
+        rec = r.pop("_record", None)
+        if rec:
+            self._record(*rec)
 
     def _calibrate_rate(self):
         sat = self.meta.get("saturated_tps")
@@ -164,12 +214,12 @@ class Runner:
                 c.execute("ALTER SYSTEM SET leapfrog.background = off")
             c.execute("SELECT pg_reload_conf()")
 
-    def safe_run_one(self, load, rate, mname, strat):
+    def safe_run_one(self, load, rate, mname, strat, defer=False, rnd=0):
         """A lazy run that leaves the server unusable (the extension crashing
         in a loop, say) is reported as failed; the cluster is restarted and
         the suite goes on.  Other strategies' errors are the harness's own."""
         try:
-            return self.run_one(load, rate, mname, strat)
+            return self.run_one(load, rate, mname, strat, defer=defer, rnd=rnd)
         except Exception as e:  # noqa: BLE001
             if strat not in LAZY:
                 raise
@@ -184,12 +234,16 @@ class Runner:
                     "load": load}
 
     # ----------------------------------------------------------------------
-    def run_one(self, load, rate, mname, strat, duration=None, record=True):
+    def run_one(self, load, rate, mname, strat, duration=None, record=True, defer=False, rnd=0):
+        """One pgbench run.  record: keep its series, CDF and markers for the
+        outputs; defer: return them in the result (`_record`) instead, for
+        the caller to keep one run of several (_median_of)."""
         p = self.p
         duration = duration or p["duration"]
         migrate_at = p["migrate_at"] if duration == p["duration"] else duration / 2
         label = f"{load}/{mname or 'none'}/{strat}"
-        rundir = os.path.join(self.out, "raw", load, f"{mname or 'none'}_{strat}")
+        rundir = os.path.join(self.out, "raw", load, f"{mname or 'none'}_{strat}"
+                              + (f"_round{rnd + 1}" if rnd else ""))
         self._drop_db(RUNDB)
         with psycopg.connect(self.cluster.conninfo(), autocommit=True) as c:
             c.execute(f"CREATE DATABASE {RUNDB} TEMPLATE {TEMPLATE} STRATEGY FILE_COPY")
@@ -263,16 +317,21 @@ class Runner:
                  f"failed={res['failed']} retries={res['retries']}/"
                  f"{res.get('schema_retries')}")
         if record:
-            key = (load, mname, strat)
-            self._last_series = series
-            if mname:
-                self._store_series(load, mname, strat, series, drv.progress, t_origin, t_m)
+            rec = (load, mname, strat, series, drv.progress, t_origin, t_m, cdf, drv.events)
+            if defer:
+                res["_record"] = rec
             else:
-                self._baseline_series = (series, t_origin, t_m)
-            self.cdfs[(load, mname, strat)] = cdf
-            self.markers[key] = {"start": t_m - t_origin,
-                                 **{k: v - t_origin for k, v in drv.events.items()}}
+                self._record(*rec)
         return res
+
+    def _record(self, load, mname, strat, series, progress, t_origin, t_m, cdf, events):
+        if mname:
+            self._store_series(load, mname, strat, series, progress, t_origin, t_m)
+        else:
+            self._baseline_series = (series, t_origin, t_m)
+        self.cdfs[(load, mname, strat)] = cdf
+        self.markers[(load, mname, strat)] = {"start": t_m - t_origin,
+                                              **{k: v - t_origin for k, v in events.items()}}
 
     def _store_series(self, load, mname, strat, series, progress, t_origin, t_m):
         prog = {}
@@ -319,6 +378,17 @@ class Runner:
 def _na(state, reason):
     return {"status": state, "reason": reason, "switch_s": None, "complete_s": None,
             "longest_stall_s": None, "committed": None, "p99_ms": None}
+
+
+def _jsonable(o):
+    """Profile parameters for summary.json: tuple keys ((load, strategy))
+    become "load/strategy"."""
+    if isinstance(o, dict):
+        return {"/".join(map(str, k)) if isinstance(k, tuple) else k: _jsonable(v)
+                for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [_jsonable(v) for v in o]
+    return o
 
 
 def _mem_gib():

@@ -65,3 +65,55 @@ def test_scripts_split_and_creates():
 def test_ratio_format():
     assert report._ratio(None, 1) is None and report._ratio(1, 0) is None
     assert report._ratio(0, 0) == 1.0 and report._fmt(0.5) == "0.500" and report._fmt(None) == "n/a"
+
+
+def _fake_run(committed, kept, stall, t0):
+    series = [{"t": i, "committed": committed // 10} for i in range(10)]
+    return {"status": "ok", "committed": committed, "tps_window": committed / 10,
+            "tps_window_vs_before": kept, "switch_s": 0.05, "complete_s": None,
+            "longest_stall_s": stall, "p50_ms": 2.0, "p99_ms": 10.0 + stall, "notes": [],
+            "_record": ("saturated", "split", "lazy", series, [(t0 + 1, 0.5)], t0, t0 + 2,
+                        [committed], {"switch": t0 + 2.05})}
+
+
+def test_median_of_interleaved_runs(tmp_path):
+    from leapfrog_bench.runner import Runner
+    r = Runner({"name": "t"}, str(tmp_path))
+    runs = [_fake_run(900, 0.9, 0.03, 100.0), _fake_run(1200, 1.1, 0.01, 200.0),
+            _fake_run(1000, 0.8, 0.02, 300.0)]
+    m = r._median_of(runs)
+    # figures are medians per figure; the plots keep the median-committed run
+    assert m["committed"] == 1000 and m["tps_window_vs_before"] == 0.9
+    assert m["longest_stall_s"] == 0.02 and m["complete_s"] is None
+    assert [x["committed"] for x in m["runs"]] == [900, 1200, 1000]
+    assert "_record" not in m
+    assert r.cdfs[("saturated", "split", "lazy")] == [1000]
+    assert r.markers[("saturated", "split", "lazy")]["start"] == 2.0
+    assert len(r.series) == 10
+    # one run: kept as is
+    one = r._median_of([_fake_run(700, 0.7, 0.5, 0.0)])
+    assert one["committed"] == 700 and "runs" not in one
+
+
+def test_report_lists_rounds(tmp_path):
+    from leapfrog_bench.runner import Runner
+    r = Runner({"name": "t"}, str(tmp_path))
+    lazy = r._median_of([_fake_run(900, 0.9, 0.03, 0.0), _fake_run(1100, 1.0, 0.02, 0.0)])
+    eager = dict(lazy, runs=[{"committed": 1000}, {"committed": 1000}], committed=1000)
+    r.results = {"saturated": {"split": {"eager": eager, "lazy": lazy}}}
+    path = tmp_path / "summary.md"
+    report.write_markdown(r, str(path), [])
+    text = path.read_text()
+    assert "| lazy/eager | 0.900 | 1.10 |" in text
+    assert "2 runs each, in interleaved rounds" in text
+
+
+def test_profiles_serialize_to_json():
+    import json
+    from leapfrog_bench.profiles import PROFILES
+    from leapfrog_bench.runner import _jsonable
+    for name, p in PROFILES.items():
+        back = json.loads(json.dumps(_jsonable(p)))
+        assert back["warehouses"] == p["warehouses"], name
+    q = _jsonable(PROFILES["quick"])
+    assert q["repeat"]["saturated/split"][0] == 3 and q["only"]["saturated/lazy_nobg"] == ["split"]
