@@ -20,7 +20,7 @@ PG_MODULE_MAGIC;
 
 bool		lf_background = true;
 int			lf_background_delay = 1000;
-int			lf_batch_size = 1000;
+int			lf_batch_size = 5000;
 int			lf_background_naptime = 0;
 int			lf_background_workers = 2;
 int			lf_lock_timeout = 50;
@@ -75,7 +75,7 @@ _PG_init(void)
 							PGC_SIGHUP, GUC_UNIT_MS, NULL, NULL, NULL);
 	DefineCustomIntVariable("leapfrog.batch_size",
 							"Input rows migrated per background transaction.",
-							NULL, &lf_batch_size, 1000, 1, 1000000,
+							NULL, &lf_batch_size, 5000, 1, 1000000,
 							PGC_SIGHUP, 0, NULL, NULL, NULL);
 	DefineCustomIntVariable("leapfrog.background_naptime",
 							"Pause between two background batches.",
