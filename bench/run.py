@@ -43,6 +43,13 @@ def ensure_venv():
     os.execv(py, [py, os.path.abspath(__file__)] + sys.argv[1:])
 
 
+def _setting(arg):
+    name, eq, value = arg.partition("=")
+    if not eq or not name:
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {arg!r}")
+    return name, value
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -58,7 +65,7 @@ def main():
     ap.add_argument("--install", default="auto", choices=["auto", "yes", "no"],
                     help="run `make install` for the extension first (auto: if src/*.c exist; "
                          "a failed build only makes the lazy strategies unavailable)")
-    ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+    ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", type=_setting,
                     help="extra server setting, e.g. leapfrog.background_workers=3 (repeatable)")
     ap.add_argument("--keep-cluster", action="store_true", help="keep the cluster directory")
     ap.add_argument("--keep-raw", action="store_true", help="keep pgbench logs uncompressed")
@@ -83,7 +90,7 @@ def main():
                  ("duration", args.duration), ("migrate_at", args.migrate_at)):
         if a:
             prof[k] = a
-    prof["settings"] = dict(x.split("=", 1) for x in args.set)
+    prof["settings"] = dict(args.set)
     out = args.out or os.path.join(HERE, "out", f"{args.profile}-{time.strftime('%Y%m%d-%H%M%S')}")
     os.makedirs(out, exist_ok=True)
     logf = open(os.path.join(out, "run.log"), "a")

@@ -41,10 +41,10 @@ extern int	lf_background_delay;
 extern int	lf_batch_size;
 extern int	lf_background_naptime;
 extern int	lf_background_workers;
-
-#define LF_MAX_WORKERS 8		/* per database */
 extern int	lf_lock_timeout;
 extern int	lf_lock_retries;
+
+#define LF_MAX_WORKERS 8		/* background workers per database */
 
 extern bool lf_loaded;			/* true when preloaded */
 extern void lf_require_preload(void);

@@ -138,11 +138,11 @@ class Runner:
                 nrep, rep_strats = p.get("repeat", {}).get((load, m), (1, []))
                 runs = {s: [] for s in todo}
                 for rnd in range(max(1, nrep)):
+                    if rnd > 0:
+                        self.log(f"  round {rnd + 1} of {nrep}: {', '.join(rep_strats)}")
                     for s in todo:
                         if rnd > 0 and s not in rep_strats:
                             continue
-                        if rnd > 0:
-                            self.log(f"  (round {rnd + 1} of {nrep})")
                         r = self.safe_run_one(load, rate if load == "rate" else None, m, s,
                                               defer=True, rnd=rnd)
                         if (r.get("tps_before") is not None and base.get("tps_before")
@@ -163,14 +163,14 @@ class Runner:
         """One run: as is.  Several: the figures are medians over the runs,
         the series and plots are those of the run with the median committed
         count, and `runs` lists every run's figures."""
-        ok = [r for r in runs if r.get("status") == "ok" and r.get("committed") is not None]
+        ok = sorted((r for r in runs if r.get("status") == "ok" and r.get("committed") is not None),
+                    key=lambda r: r["committed"])
+        rep = dict(runs[0] if len(runs) == 1 or not ok else ok[(len(ok) - 1) // 2])
+        rec = rep.pop("_record", None)
+        if rec:
+            self._record(*rec)
         if len(runs) == 1 or not ok:
-            rep = runs[0]
-            self._store_deferred(rep)
             return rep
-        ok.sort(key=lambda r: r["committed"])
-        rep = dict(ok[(len(ok) - 1) // 2])
-        self._store_deferred(rep)
         for k in REPEATED_FIGURES:
             vals = [r.get(k) for r in ok]
             if any(v is None for v in vals):
@@ -182,11 +182,6 @@ class Runner:
             rep["notes"] = rep.get("notes", []) + [
                 f"{len(runs) - len(ok)} of {len(runs)} runs did not end ok: medians over the others"]
         return rep
-
-    def _store_deferred(self, r):
-        rec = r.pop("_record", None)
-        if rec:
-            self._record(*rec)
 
     def _calibrate_rate(self):
         sat = self.meta.get("saturated_tps")
