@@ -40,6 +40,7 @@ extern bool lf_background;
 extern int	lf_background_delay;
 extern int	lf_batch_size;
 extern int	lf_background_naptime;
+extern double lf_background_yield;
 extern int	lf_background_workers;
 extern int	lf_lock_timeout;
 extern int	lf_lock_retries;

@@ -30,7 +30,7 @@ SELECT name, setting, unit, context
   FROM pg_settings
  WHERE name IN ('leapfrog.background', 'leapfrog.background_delay',
                 'leapfrog.batch_size', 'leapfrog.background_naptime',
-                'leapfrog.background_workers',
+                'leapfrog.background_workers', 'leapfrog.background_yield',
                 'leapfrog.lock_timeout', 'leapfrog.lock_retries')
  ORDER BY name;
 
