@@ -22,7 +22,7 @@ bool		lf_background = true;
 int			lf_background_delay = 1000;
 int			lf_batch_size = 5000;
 int			lf_background_naptime = 0;
-double		lf_background_yield = 4.0;
+double		lf_background_yield = 0.0;
 int			lf_background_workers = 2;
 int			lf_lock_timeout = 50;
 int			lf_lock_retries = 40;
@@ -86,7 +86,7 @@ _PG_init(void)
 							 "Pause after a background batch, as a multiple of the time the batch spent off the CPU.",
 							 "A worker that had to wait for a CPU (or for locks or I/O) backs off, so that "
 							 "the workers use the CPU that sessions leave idle.  0 disables.",
-							 &lf_background_yield, 4.0, 0.0, 100.0,
+							 &lf_background_yield, 0.0, 0.0, 100.0,
 							 PGC_SIGHUP, 0, NULL, NULL, NULL);
 	DefineCustomIntVariable("leapfrog.background_workers",
 							"Background workers per database with a running migration.",

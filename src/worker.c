@@ -21,16 +21,18 @@
  * the CPU, and every statement pays the cost of the migration (relevance
  * queries, migrating the rows it needs) for as long as it lasts.
  *
- * Pacing: after its batches a worker also sleeps leapfrog.background_yield
- * times the wall-clock time they spent off the CPU (getrusage), at most
- * 10 s.  On an idle server that time is near zero and the workers run flat
- * out; when sessions want the cores, the OS shares them and the batches
- * take longer than their CPU time, so the workers back off in proportion.
- * Why: below saturation the workers' fair share of the CPU pushed the
- * capacity left for sessions below their arrival rate, so a queue grew for
- * as long as the migration ran (TPC-C at 65% of saturation, three
- * interleaved rounds: p99 0.8, 1.6 and 1.8 s without the pause; 0.15, 1.8
- * and 0.35 s with it at 4; bench/README.md).
+ * Pacing (off by default): after its batches a worker also sleeps
+ * leapfrog.background_yield times the wall-clock time they spent off the
+ * CPU (getrusage), at most 10 s.  On an idle server that time is near zero
+ * and the workers run flat out; when sessions want the cores, the OS shares
+ * them and the batches take longer than their CPU time, so the workers back
+ * off in proportion.  Why: below saturation the workers' fair share of the
+ * CPU can push the capacity left for sessions below their arrival rate, so
+ * a queue grows for as long as the migration runs (TPC-C at 65% of
+ * saturation, three interleaved rounds: p99 0.8, 1.6 and 1.8 s without the
+ * pause; 0.15, 1.8 and 0.35 s with it at 4).  Why off: the pause also slows
+ * the migration under a light load (the demo's 300 tps: completion 1.97x
+ * the eager copy at 4, against 1.20x without), bench/README.md.
  *
  * Shared state (LfShared) is protected by its LWLock: slots[] says, per
  * database and worker number, whether a worker is wanted and which pid

@@ -3,9 +3,9 @@
 After its batches, a worker pauses for background_yield times the time they
 spent off the CPU.  The test makes that time certain: it holds a lock on the
 retired table, so the worker's first batch waits for it, and then watches
-the worker.  With the default the worker must be seen pausing
-("leapfrog: yielding the CPU") after the wait; with 0 it must never be;
-both migrations end with every row migrated exactly once.
+the worker.  At 4 the worker must be seen pausing ("leapfrog: yielding the
+CPU") after the wait; at 0, the default, it must never be; both migrations
+end with every row migrated exactly once.
 """
 
 import time
@@ -61,10 +61,10 @@ def test_worker_yields_after_waiting(make_cluster):
     needs_real_extension()
     c = make_cluster(**{"leapfrog.background": "on", "leapfrog.background_delay": 1000,
                         "leapfrog.background_workers": 1, "leapfrog.batch_size": 500,
-                        "leapfrog.background_naptime": 0})
+                        "leapfrog.background_naptime": 0, "leapfrog.background_yield": 4})
     c.create_database("app")
     with c.connect("app") as conn:
-        assert float(conn.execute("SHOW leapfrog.background_yield").fetchone()[0]) > 0
+        assert conn.execute("SHOW leapfrog.background_yield").fetchone()[0] == "4"
         seen = _run_with_lock_held(c, conn, "a", "a_v2")
         assert seen > 0, "the worker waited %.1f s for a lock and never yielded" % HOLD_S
 
