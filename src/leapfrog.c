@@ -83,9 +83,9 @@ _PG_init(void)
 							NULL, &lf_background_naptime, 0, 0, 3600000,
 							PGC_SIGHUP, GUC_UNIT_MS, NULL, NULL, NULL);
 	DefineCustomRealVariable("leapfrog.background_yield",
-							 "Pause after a background batch, as a multiple of the time the batch spent off the CPU.",
-							 "A worker that had to wait for a CPU (or for locks or I/O) backs off, so that "
-							 "the workers use the CPU that sessions leave idle.  0 disables.",
+							 "Pause after a background batch that got less than half a core, as a multiple of its time beyond twice its CPU time.",
+							 "Workers back off when sessions want the cores, and run flat out when the "
+							 "server is idle or lightly loaded.  0 disables.",
 							 &lf_background_yield, 0.0, 0.0, 100.0,
 							 PGC_SIGHUP, 0, NULL, NULL, NULL);
 	DefineCustomIntVariable("leapfrog.background_workers",

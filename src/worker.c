@@ -21,18 +21,16 @@
  * the CPU, and every statement pays the cost of the migration (relevance
  * queries, migrating the rows it needs) for as long as it lasts.
  *
- * Pacing (off by default): after its batches a worker also sleeps
- * leapfrog.background_yield times the wall-clock time they spent off the
- * CPU (getrusage), at most 10 s.  On an idle server that time is near zero
- * and the workers run flat out; when sessions want the cores, the OS shares
- * them and the batches take longer than their CPU time, so the workers back
- * off in proportion.  Why: below saturation the workers' fair share of the
+ * Pacing (off by default): a worker whose batches got less than half a
+ * core (wall-clock time over twice their CPU time, by getrusage) then sleeps
+ * leapfrog.background_yield times the excess, at most 10 s.  On an idle or
+ * lightly loaded server a batch gets most of a core and the workers run
+ * flat out; when sessions want the cores, the OS shares them and the
+ * workers back off.  Why: below saturation the workers' fair share of the
  * CPU can push the capacity left for sessions below their arrival rate, so
- * a queue grows for as long as the migration runs (TPC-C at 65% of
- * saturation, three interleaved rounds: p99 0.8, 1.6 and 1.8 s without the
- * pause; 0.15, 1.8 and 0.35 s with it at 4).  Why off: the pause also slows
- * the migration under a light load (the demo's 300 tps: completion 1.97x
- * the eager copy at 4, against 1.20x without), bench/README.md.
+ * a queue grows for as long as the migration runs.  Why off: at saturation
+ * the slower migration cost more committed transactions than it saved.
+ * Measurements (TPC-C, 2 cores) in bench/README.md.
  *
  * Shared state (LfShared) is protected by its LWLock: slots[] says, per
  * database and worker number, whether a worker is wanted and which pid
@@ -845,9 +843,9 @@ runnable_migrations(MemoryContext cxt, long *sleep_ms, bool *any_running,
 }
 
 /*
- * The pause after batches that started at ru0: leapfrog.background_yield
- * times the wall-clock time they spent off the CPU (waiting for a core, a
- * lock or I/O; see the top of the file), at most 10 s.
+ * The pause after batches that started at ru0 (see the top of the file):
+ * leapfrog.background_yield times the wall-clock time they took beyond
+ * twice their CPU time (waiting for a core, a lock or I/O), at most 10 s.
  */
 static long
 yield_ms(PGRUsage *ru0)
@@ -865,9 +863,9 @@ yield_ms(PGRUsage *ru0)
 		   ru1.ru.ru_stime.tv_sec - ru0->ru.ru_stime.tv_sec) * 1000.0 +
 		(ru1.ru.ru_utime.tv_usec - ru0->ru.ru_utime.tv_usec +
 		 ru1.ru.ru_stime.tv_usec - ru0->ru.ru_stime.tv_usec) / 1000.0;
-	if (wall <= cpu)
+	if (wall <= 2 * cpu)
 		return 0;
-	return (long) Min((wall - cpu) * lf_background_yield, 10000.0);
+	return (long) Min((wall - 2 * cpu) * lf_background_yield, 10000.0);
 }
 
 void

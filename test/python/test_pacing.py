@@ -1,11 +1,11 @@
 """Background pacing: leapfrog.background_yield.
 
-After its batches, a worker pauses for background_yield times the time they
-spent off the CPU.  The test makes that time certain: it holds a lock on the
-retired table, so the worker's first batch waits for it, and then watches
-the worker.  At 4 the worker must be seen pausing ("leapfrog: yielding the
-CPU") after the wait; at 0, the default, it must never be; both migrations
-end with every row migrated exactly once.
+A worker whose batches took over twice their CPU time pauses for
+background_yield times the excess.  The test makes that time certain: it
+holds a lock on the retired table, so the worker's first batch waits for
+it, and then watches the worker.  At 8 the worker must be seen pausing
+("leapfrog: yielding the CPU") after the wait; at 0, the default, it must
+never be; both migrations end with every row migrated exactly once.
 """
 
 import time
@@ -61,10 +61,10 @@ def test_worker_yields_after_waiting(make_cluster):
     needs_real_extension()
     c = make_cluster(**{"leapfrog.background": "on", "leapfrog.background_delay": 1000,
                         "leapfrog.background_workers": 1, "leapfrog.batch_size": 500,
-                        "leapfrog.background_naptime": 0, "leapfrog.background_yield": 4})
+                        "leapfrog.background_naptime": 0, "leapfrog.background_yield": 8})
     c.create_database("app")
     with c.connect("app") as conn:
-        assert conn.execute("SHOW leapfrog.background_yield").fetchone()[0] == "4"
+        assert conn.execute("SHOW leapfrog.background_yield").fetchone()[0] == "8"
         seen = _run_with_lock_held(c, conn, "a", "a_v2")
         assert seen > 0, "the worker waited %.1f s for a lock and never yielded" % HOLD_S
 
