@@ -28,7 +28,9 @@ RUNDB = "tpcc_run"
 class Runner:
     def __init__(self, prof, outdir, log=print, keep_cluster=False, keep_raw=False):
         self.p = prof
-        self.out = outdir
+        # absolute: pgbench runs in another directory and reads its scripts
+        # from here (a relative --out made every run commit nothing)
+        self.out = os.path.abspath(outdir)
         self.log = log
         self.keep_cluster = keep_cluster
         self.keep_raw = keep_raw

@@ -117,3 +117,11 @@ def test_profiles_serialize_to_json():
         assert back["warehouses"] == p["warehouses"], name
     q = _jsonable(PROFILES["quick"])
     assert q["repeat"]["saturated/split"][0] == 3 and q["only"]["saturated/lazy_nobg"] == ["split"]
+
+
+def test_runner_output_directory_is_absolute(tmp_path, monkeypatch):
+    """pgbench runs in another directory: a relative --out must not reach it."""
+    from leapfrog_bench.runner import Runner
+    monkeypatch.chdir(tmp_path)
+    r = Runner({"name": "t"}, "rel/out")
+    assert r.out == os.path.join(os.getcwd(), "rel", "out") and os.path.isabs(r.out)
