@@ -847,6 +847,12 @@ runnable_migrations(MemoryContext cxt, long *sleep_ms, bool *any_running,
  * leapfrog.background_yield times the wall-clock time they took beyond
  * twice their CPU time (waiting for a core, a lock or I/O), at most 10 s.
  */
+static double
+elapsed_ms(const struct timeval *from, const struct timeval *to)
+{
+	return (to->tv_sec - from->tv_sec) * 1000.0 + (to->tv_usec - from->tv_usec) / 1000.0;
+}
+
 static long
 yield_ms(PGRUsage *ru0)
 {
@@ -857,12 +863,9 @@ yield_ms(PGRUsage *ru0)
 	if (lf_background_yield <= 0)
 		return 0;
 	pg_rusage_init(&ru1);
-	wall = (ru1.tv.tv_sec - ru0->tv.tv_sec) * 1000.0 +
-		(ru1.tv.tv_usec - ru0->tv.tv_usec) / 1000.0;
-	cpu = (ru1.ru.ru_utime.tv_sec - ru0->ru.ru_utime.tv_sec +
-		   ru1.ru.ru_stime.tv_sec - ru0->ru.ru_stime.tv_sec) * 1000.0 +
-		(ru1.ru.ru_utime.tv_usec - ru0->ru.ru_utime.tv_usec +
-		 ru1.ru.ru_stime.tv_usec - ru0->ru.ru_stime.tv_usec) / 1000.0;
+	wall = elapsed_ms(&ru0->tv, &ru1.tv);
+	cpu = elapsed_ms(&ru0->ru.ru_utime, &ru1.ru.ru_utime) +
+		elapsed_ms(&ru0->ru.ru_stime, &ru1.ru.ru_stime);
 	if (wall <= 2 * cpu)
 		return 0;
 	return (long) Min((wall - 2 * cpu) * lf_background_yield, 10000.0);
