@@ -118,6 +118,14 @@ extern List *lf_plan_items(PlannedStmt *stmt);
 /* migrate.c */
 extern void lf_install_executor_hook(void);
 extern uint64 lf_migrate_rows(LfMigration *mig, Oid input, ItemPointer tids, int ntids);
+/* rows a background step claimed (tids in TopMemoryContext) */
+typedef struct LfClaim
+{
+	ItemPointerData *tids;
+	int			n;
+} LfClaim;
+extern uint64 lf_migrate_range(LfMigration *mig, Oid input, BlockNumber lo, BlockNumber hi,
+							   LfClaim *claim);
 
 /* worker.c */
 extern void lf_shmem_request(void);

@@ -531,19 +531,19 @@ lf_mark_failed(int migration_id, const char *error)
 	lf_invalidate_all();
 }
 
-/* Collect up to a batch of unlocked rows from the next blocks of input. */
+/*
+ * Migrate the unmigrated rows of the next blocks of input that no one else
+ * is migrating (lf_migrate_range, which fills *claim as soon as it has
+ * claimed them, so that they are known even if the step fails); returns
+ * how many.
+ */
 static int
-next_batch(InputCursor *c, ItemPointerData **tids_out, bool *pass_done)
+next_batch(LfMigration *mig, InputCursor *c, LfClaim *claim, bool *pass_done)
 {
 	Relation	rel;
 	BlockNumber nblocks;
-	char	   *sql;
-	Oid			types[2] = {TIDOID, TIDOID};
-	Datum		values[2];
-	ItemPointerData lo,
-				hi;
-	int			n,
-				i;
+	BlockNumber hi;
+	int			n;
 
 	*pass_done = false;
 	if (!lf_lock_input_if_exists(c->input, AccessShareLock))
@@ -565,27 +565,9 @@ next_batch(InputCursor *c, ItemPointerData **tids_out, bool *pass_done)
 		*pass_done = true;
 		return 0;
 	}
-	ItemPointerSet(&lo, c->next, 0);
-	ItemPointerSet(&hi, Min(c->next + c->step, nblocks), 0);
-	values[0] = ItemPointerGetDatum(&lo);
-	values[1] = ItemPointerGetDatum(&hi);
-	sql = psprintf("SELECT ctid FROM %s WHERE ctid OPERATOR(pg_catalog.>=) $1 "
-				   "AND ctid OPERATOR(pg_catalog.<) $2 FOR UPDATE SKIP LOCKED",
-				   quote_qualified_identifier(get_namespace_name(get_rel_namespace(c->input)),
-											  get_rel_name(c->input)));
-	if (SPI_execute_with_args(sql, 2, types, values, NULL, false, 0) != SPI_OK_SELECT)
-		elog(ERROR, "leapfrog: could not read a batch");
-	n = (int) SPI_processed;
-	/* survives the abort of this transaction: freed by worker_batch */
-	*tids_out = MemoryContextAlloc(TopMemoryContext, sizeof(ItemPointerData) * Max(n, 1));
-	for (i = 0; i < n; i++)
-	{
-		bool		isnull;
-
-		(*tids_out)[i] = *DatumGetItemPointer(SPI_getbinval(SPI_tuptable->vals[i],
-															SPI_tuptable->tupdesc, 1, &isnull));
-	}
-	c->next += c->step;
+	hi = Min(c->next + c->step, nblocks);
+	n = (int) lf_migrate_range(mig, c->input, c->next, hi, claim);
+	c->next = hi;
 	/* aim at lf_batch_size rows per batch */
 	if (n < lf_batch_size / 2 && c->step < 1024 * 1024)
 		c->step *= 2;
@@ -632,6 +614,7 @@ count_total(LfMigration *mig)
  * true if the migration has more work or was completed now.
  */
 static List *counted = NIL;	/* migrations count_total() has done, in TopMemoryContext */
+static LfClaim batch;			/* the rows of the current batch, known after an error */
 
 static bool
 worker_batch(int migration_id)
@@ -640,10 +623,12 @@ worker_batch(int migration_id)
 	ListCell   *lc;
 	volatile bool more = false;
 	volatile bool failed_batch = false;
-	ItemPointerData *volatile tids = NULL;
-	volatile int n = 0;
 	volatile Oid input = InvalidOid;
+	ItemPointerData *tids;
+	int			n;
 
+	batch.tids = NULL;
+	batch.n = 0;
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
 	PushActiveSnapshot(GetTransactionSnapshot());
@@ -680,25 +665,14 @@ worker_batch(int migration_id)
 			InputCursor *c = cursor_for(lfirst_oid(lc));
 			bool		pass_done;
 
-			ItemPointerData *batch = NULL;
-
-			n = next_batch(c, &batch, &pass_done);
-			if (n == 0 && batch)
-				pfree(batch);
-			tids = n > 0 ? batch : NULL;
+			input = c->input;
+			if (next_batch(mig, c, &batch, &pass_done) > 0)
+				break;
 			if (!pass_done)
 				all_passes_done = false;
-			if (n > 0)
-			{
-				input = c->input;
-				break;
-			}
 		}
-		if (n > 0)
-		{
-			(void) lf_migrate_rows(mig, input, tids, n);
+		if (batch.n > 0)
 			more = true;
-		}
 		else if (all_passes_done)
 		{
 			/* A pass over every input is over: done, or rows were locked. */
@@ -738,6 +712,9 @@ worker_batch(int migration_id)
 	}
 	PG_END_TRY();
 
+	tids = batch.tids;
+	n = batch.n;
+	batch.tids = NULL;
 	if (failed_batch && n > 0)
 	{
 		/* Find the row that cannot be migrated, and fail the migration on it. */
