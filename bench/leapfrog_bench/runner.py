@@ -185,6 +185,13 @@ class Runner:
                 f"{len(runs) - len(ok)} of {len(runs)} runs did not end ok: medians over the others"]
         return rep
 
+    def _input_rows(self, mig):
+        """Rows of the migration's inputs as loaded (None if not known)."""
+        rows = self.meta.get("load", {}).get("rows", {})
+        if mig is None or not all(t in rows for t in mig.inputs):
+            return None
+        return sum(rows[t] for t in mig.inputs)
+
     def _calibrate_rate(self):
         sat = self.meta.get("saturated_tps")
         if not sat:
@@ -258,7 +265,8 @@ class Runner:
         t_m = t_origin + migrate_at
         t_end = t_origin + duration
         drv = DRIVERS[strat](self.cluster.conninfo(RUNDB), mig, t_m, stop,
-                             params={**p.get("multistep", {})}, log=self.log)
+                             params={**p.get("multistep", {}), "input_rows": self._input_rows(mig)},
+                             log=self.log)
         drv.start()
         try:
             pg.wait(timeout=duration + 3600)

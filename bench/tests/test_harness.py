@@ -125,3 +125,41 @@ def test_runner_output_directory_is_absolute(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     r = Runner({"name": "t"}, "rel/out")
     assert r.out == os.path.join(os.getcwd(), "rel", "out") and os.path.isabs(r.out)
+
+
+def test_lazy_progress_uses_loaded_row_count(tmp_path):
+    """The lazy poller divides by the inputs' loaded row count, so it never
+    reads tuples_total (which scans the inputs until a worker counted them)."""
+    from leapfrog_bench.runner import Runner
+    from leapfrog_bench.strategies import Lazy
+    r = Runner({"name": "t"}, str(tmp_path))
+    r.meta["load"] = {"rows": {"customer": 300, "order_line": 5000, "stock": 100}}
+    assert r._input_rows(MIGRATIONS["split"]) == 300
+    assert r._input_rows(MIGRATIONS["join"]) == 5100
+    assert r._input_rows(None) is None      # the warm-up run migrates nothing
+    del r.meta["load"]["rows"]["customer"]
+    assert r._input_rows(MIGRATIONS["split"]) is None
+
+    class FakeConn:
+        closed = False
+
+        def __init__(self):
+            self.sql = []
+
+        def execute(self, sql, args):
+            self.sql.append(sql)
+            return self
+
+        def fetchone(self):
+            return ("done", 300, None) if "tuples_total" not in self.sql[-1] else ("done", 300, None, 300)
+
+    import threading
+    drv = Lazy("", MIGRATIONS["split"], 0, threading.Event(), params={"input_rows": 600})
+    conn = FakeConn()
+    drv.poll(conn, "bench_split")
+    assert "tuples_total" not in conn.sql[0]
+    assert drv.progress[0][1] == 0.5 and drv.progress[-1][1] == 1.0 and "complete" in drv.events
+    drv = Lazy("", MIGRATIONS["split"], 0, threading.Event(), params={"input_rows": None})
+    conn = FakeConn()
+    drv.poll(conn, "bench_split")
+    assert "tuples_total" in conn.sql[0] and drv.progress[0][1] == 1.0
