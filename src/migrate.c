@@ -38,7 +38,6 @@
 #include "access/tableam.h"
 #include "access/xact.h"
 #include "access/xlog.h"
-#include "catalog/pg_aggregate.h"
 #include "catalog/pg_operator.h"
 #include "catalog/pg_type.h"
 #include "executor/executor.h"
@@ -163,18 +162,17 @@ run_plan(PlannedStmt *ps, const char *what, Snapshot snap, ParamListInfo params,
  *						  RETURNING <every column>, ctid),
  *		  lf_insert_<m> AS (INSERT INTO target_m SELECT <mapping m> FROM lf_migrated)
  *							 (one per mapping of the input)
- *	 INSERT INTO leapfrog.progress SELECT <id>, count(*) FROM lf_migrated
- *	   RETURNING n
+ *	 SELECT ctid FROM lf_migrated		(counted, for the progress log)
  *
  * The DELETE is the claim: it waits for a session migrating the same row,
  * then skips it if that session committed (READ COMMITTED) or raises 40001
  * (REPEATABLE READ and up).  The images are computed from the very row
- * versions deleted, and the rows, their images and the progress entry
- * commit or abort together.  Built from the stored mapping trees (no SQL
- * text, so no search_path), planned once per backend, generic in $1.
- * Each relation is checked as its owner needs: the retired table and the
- * progress log as the extension's owner, the targets as the migration's
- * owner, who runs the statement.
+ * versions deleted, and the rows, their images and their count in the
+ * progress log (see below) commit or abort together.  Built from the stored
+ * mapping trees (no SQL text, so no search_path), planned once per backend,
+ * generic in $1.  Each relation is checked as its owner needs: the retired
+ * table as the extension's owner, the targets as the migration's owner,
+ * who runs the statement.
  * ---------------------------------------------------------------------
  */
 #define LF_MIGRATED_CTE "lf_migrated"
@@ -430,12 +428,9 @@ step_plan(LfMigration *mig, Oid input)
 	if (!found || sp->plan == NULL)
 	{
 		Relation	in = table_open(input, AccessShareLock);
-		Relation	progress = table_open(lf_catalog_table("progress"), AccessShareLock);
 		CommonTableExpr *migrated = migrated_cte(in);
 		List	   *ctes = list_make1(migrated);
 		Query	   *top;
-		Query	   *count = makeNode(Query);
-		Aggref	   *agg = makeNode(Aggref);
 		RangeTblRef *rtr = makeNode(RangeTblRef);
 		ListCell   *lc;
 		PlannedStmt *ps;
@@ -451,38 +446,20 @@ step_plan(LfMigration *mig, Oid input)
 			migrated->cterefcount++;
 		}
 
-		/* SELECT <id>, count(*) FROM lf_migrated */
-		if (RelationGetDescr(progress)->natts != 2)
-			elog(ERROR, "leapfrog: unexpected definition of leapfrog.progress");
-		agg->aggfnoid = F_COUNT_;
-		agg->aggtype = INT8OID;
-		agg->aggstar = true;
-		agg->aggkind = AGGKIND_NORMAL;
-		agg->aggsplit = AGGSPLIT_SIMPLE;
-		agg->aggno = agg->aggtransno = -1;
-		agg->location = -1;
+		/* SELECT ctid FROM lf_migrated: the receiver counts the rows */
 		rtr->rtindex = 1;
-		count->commandType = CMD_SELECT;
-		count->querySource = QSRC_ORIGINAL;
-		count->canSetTag = true;
-		count->hasAggs = true;
-		count->rtable = list_make1(migrated_cte_rte(migrated, 1));
-		count->jointree = makeFromExpr(list_make1(rtr), NULL);
-		count->targetList = list_make2(makeTargetEntry((Expr *) makeConst(INT4OID, -1, InvalidOid, 4,
-																		  Int32GetDatum(mig->id), false, true),
-													   1, pstrdup("migration_id"), false),
-									   makeTargetEntry((Expr *) agg, 2, pstrdup("n"), false));
-		migrated->cterefcount++;
-
-		/* INSERT INTO leapfrog.progress (migration_id, n) <count> RETURNING n */
-		top = insert_select(progress, relation_rte(progress, ACL_INSERT | ACL_SELECT, lf_catalog_owner()),
-							count, "lf_count");
+		top = makeNode(Query);
+		top->commandType = CMD_SELECT;
+		top->querySource = QSRC_ORIGINAL;
 		top->canSetTag = true;
 		top->hasModifyingCTE = true;
 		top->cteList = ctes;
-		top->returningList = list_make1(makeTargetEntry((Expr *) makeVar(1, 2, INT8OID, -1, InvalidOid, 0),
-														1, pstrdup("n"), false));
-		table_close(progress, AccessShareLock);
+		top->rtable = list_make1(migrated_cte_rte(migrated, 0));
+		top->jointree = makeFromExpr(list_make1(rtr), NULL);
+		top->targetList = list_make1(makeTargetEntry((Expr *) makeVar(1, RelationGetDescr(in)->natts + 1,
+																	  TIDOID, -1, InvalidOid, 0),
+													 1, pstrdup("ctid"), false));
+		migrated->cterefcount++;
 		table_close(in, AccessShareLock);
 
 		ps = standard_planner(top, "leapfrog migrate", 0, NULL);
@@ -493,7 +470,7 @@ step_plan(LfMigration *mig, Oid input)
 	return sp->plan;
 }
 
-/* Receives the RETURNING n of the step: the number of rows migrated. */
+/* Counts the rows the step returns: one per row migrated. */
 typedef struct CountReceiver
 {
 	DestReceiver pub;
@@ -503,11 +480,7 @@ typedef struct CountReceiver
 static bool
 count_receive(TupleTableSlot *slot, DestReceiver *self)
 {
-	bool		isnull;
-	Datum		d = slot_getattr(slot, 1, &isnull);
-
-	if (!isnull)
-		((CountReceiver *) self)->n += DatumGetInt64(d);
+	((CountReceiver *) self)->n++;
 	return true;
 }
 
@@ -594,7 +567,259 @@ lf_migrate_rows(LfMigration *mig, Oid input, ItemPointer tids, int ntids)
 	SetUserIdAndSecContext(save_user, save_sec);
 	error_context_stack = errcb.previous;
 	CommandCounterIncrement();
+	lf_progress_add(mig->id, rcv.n);
 	return rcv.n;
+}
+
+/* ---------------------------------------------------------------------
+ * The progress log: one row per migration per transaction
+ *
+ * leapfrog.progress counts migrated rows for leapfrog.migrations.  Steps add
+ * their count to a backend-local tally, by subtransaction level (an aborted
+ * subtransaction's rows are back in the inputs, so its counts are dropped;
+ * a committed one's pass to its parent); the tally is written at pre-commit
+ * (or pre-prepare), one row per migration, so it commits with the rows it
+ * counts and is lost with them.  Completion in the same transaction
+ * (leapfrog.complete()) folds the tally into tuples_total
+ * (lf_progress_pending); a migration no longer active at pre-commit is
+ * then not logged again.  Before this, every step inserted its own row: a
+ * quarter of the cost of a statement's step (perf, TPC-C), and a log
+ * growing by one row per statement for the view to sum.
+ * ---------------------------------------------------------------------
+ */
+typedef struct PendingCount
+{
+	int			migration_id;
+	int			level;			/* transaction nesting level that counted */
+	int64		n;
+} PendingCount;
+
+static PendingCount *pending = NULL;	/* in TopMemoryContext */
+static int	npending = 0;
+static int	maxpending = 0;
+static bool progress_callbacks = false;
+static HTAB *progress_plans = NULL;	/* migration id -> PlannedStmt * */
+
+typedef struct ProgressPlan
+{
+	int			migration_id;
+	PlannedStmt *plan;			/* in TopMemoryContext */
+} ProgressPlan;
+
+/* INSERT INTO leapfrog.progress SELECT <id>, $1 */
+static PlannedStmt *
+progress_plan(int migration_id)
+{
+	ProgressPlan *pp;
+	bool		found;
+	Relation	progress;
+	Query	   *values;
+	Query	   *top;
+	Param	   *nparam;
+	PlannedStmt *ps;
+	MemoryContext old;
+
+	if (progress_plans == NULL)
+	{
+		HASHCTL		ctl = {.keysize = sizeof(int),.entrysize = sizeof(ProgressPlan)};
+
+		progress_plans = hash_create("leapfrog progress plans", 16, &ctl, HASH_ELEM | HASH_BLOBS);
+	}
+	pp = hash_search(progress_plans, &migration_id, HASH_ENTER, &found);
+	if (found && pp->plan != NULL)
+		return pp->plan;
+	pp->plan = NULL;
+
+	progress = table_open(lf_catalog_table("progress"), AccessShareLock);
+	if (RelationGetDescr(progress)->natts != 2)
+		elog(ERROR, "leapfrog: unexpected definition of leapfrog.progress");
+	nparam = makeNode(Param);
+	nparam->paramkind = PARAM_EXTERN;
+	nparam->paramid = 1;
+	nparam->paramtype = INT8OID;
+	nparam->paramtypmod = -1;
+	nparam->location = -1;
+	values = makeNode(Query);
+	values->commandType = CMD_SELECT;
+	values->querySource = QSRC_ORIGINAL;
+	values->canSetTag = true;
+	values->jointree = makeFromExpr(NIL, NULL);
+	values->targetList = list_make2(makeTargetEntry((Expr *) makeConst(INT4OID, -1, InvalidOid, 4,
+																	   Int32GetDatum(migration_id), false, true),
+													1, pstrdup("migration_id"), false),
+									makeTargetEntry((Expr *) nparam, 2, pstrdup("n"), false));
+	top = insert_select(progress, relation_rte(progress, ACL_INSERT, lf_catalog_owner()),
+						values, "lf_count");
+	top->canSetTag = true;
+	table_close(progress, AccessShareLock);
+	ps = standard_planner(top, "leapfrog progress", 0, NULL);
+	old = MemoryContextSwitchTo(TopMemoryContext);
+	pp->plan = copyObject(ps);
+	MemoryContextSwitchTo(old);
+	return pp->plan;
+}
+
+static bool
+migration_active(int migration_id)
+{
+	ListCell   *lc;
+
+	foreach(lc, lf_active)
+		if (((LfMigration *) lfirst(lc))->id == migration_id)
+			return true;
+	return false;
+}
+
+/* Rows of migration_id this transaction has migrated, not yet logged. */
+int64
+lf_progress_pending(int migration_id)
+{
+	int64		n = 0;
+	int			i;
+
+	for (i = 0; i < npending; i++)
+		if (pending[i].migration_id == migration_id)
+			n += pending[i].n;
+	return n;
+}
+
+/* Write the tally: one row per migration.  Called at pre-commit. */
+void
+lf_progress_flush(void)
+{
+	bool		save_read_only = XactReadOnly;
+	int			i;
+
+	if (npending == 0)
+		return;
+	/* migrating is allowed in read-only transactions: see prepare_statement */
+	XactReadOnly = false;
+	PG_TRY();
+	{
+		if (!lf_cache_valid)
+			lf_cache_load();
+		/* merge what nested levels counted per migration */
+		for (i = 0; i < npending; i++)
+		{
+			int			j;
+			int64		n = pending[i].n;
+			ParamListInfo params;
+			QueryDesc  *qd;
+			Snapshot	snap;
+
+			if (n == 0)
+				continue;
+			for (j = i + 1; j < npending; j++)
+				if (pending[j].migration_id == pending[i].migration_id)
+				{
+					n += pending[j].n;
+					pending[j].n = 0;
+				}
+			if (!migration_active(pending[i].migration_id))
+				continue;		/* completed by this transaction, which counted it */
+			params = makeParamList(1);
+			params->params[0].value = Int64GetDatum(n);
+			params->params[0].isnull = false;
+			params->params[0].pflags = PARAM_FLAG_CONST;
+			params->params[0].ptype = INT8OID;
+			CommandCounterIncrement();
+			snap = RegisterSnapshot(GetTransactionSnapshot());
+			PushActiveSnapshot(snap);
+			qd = CreateQueryDesc(progress_plan(pending[i].migration_id), "leapfrog progress",
+								 snap, InvalidSnapshot, None_Receiver, params, NULL, 0);
+			ExecutorStart(qd, 0);
+			ExecutorRun(qd, ForwardScanDirection, 0, true);
+			ExecutorFinish(qd);
+			ExecutorEnd(qd);
+			FreeQueryDesc(qd);
+			PopActiveSnapshot();
+			UnregisterSnapshot(snap);
+			pending[i].n = 0;
+		}
+		npending = 0;
+	}
+	PG_FINALLY();
+	{
+		XactReadOnly = save_read_only;
+	}
+	PG_END_TRY();
+}
+
+static void
+progress_xact_callback(XactEvent event, void *arg)
+{
+	switch (event)
+	{
+		case XACT_EVENT_PRE_COMMIT:
+		case XACT_EVENT_PRE_PREPARE:
+			lf_progress_flush();
+			break;
+		case XACT_EVENT_COMMIT:
+		case XACT_EVENT_PREPARE:
+		case XACT_EVENT_ABORT:
+		case XACT_EVENT_PARALLEL_COMMIT:
+		case XACT_EVENT_PARALLEL_ABORT:
+			npending = 0;
+			break;
+		default:
+			break;
+	}
+}
+
+static void
+progress_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
+						  SubTransactionId parentSubid, void *arg)
+{
+	int			level = GetCurrentTransactionNestLevel();
+	int			i,
+				j = 0;
+
+	if (event != SUBXACT_EVENT_ABORT_SUB && event != SUBXACT_EVENT_COMMIT_SUB)
+		return;
+	for (i = 0; i < npending; i++)
+	{
+		if (pending[i].level >= level)
+		{
+			if (event == SUBXACT_EVENT_ABORT_SUB)
+				continue;		/* its rows are unmigrated again */
+			pending[i].level = level - 1;
+		}
+		pending[j++] = pending[i];
+	}
+	npending = j;
+}
+
+/* Count n rows of migration_id as migrated by the current (sub)transaction. */
+void
+lf_progress_add(int migration_id, uint64 n)
+{
+	int			level = GetCurrentTransactionNestLevel();
+	int			i;
+
+	if (n == 0)
+		return;
+	if (!progress_callbacks)
+	{
+		RegisterXactCallback(progress_xact_callback, NULL);
+		RegisterSubXactCallback(progress_subxact_callback, NULL);
+		progress_callbacks = true;
+	}
+	for (i = 0; i < npending; i++)
+		if (pending[i].migration_id == migration_id && pending[i].level == level)
+		{
+			pending[i].n += n;
+			return;
+		}
+	if (npending == maxpending)
+	{
+		maxpending = Max(8, maxpending * 2);
+		pending = pending ? repalloc(pending, maxpending * sizeof(PendingCount))
+			: MemoryContextAlloc(TopMemoryContext, maxpending * sizeof(PendingCount));
+	}
+	pending[npending].migration_id = migration_id;
+	pending[npending].level = level;
+	pending[npending].n = (int64) n;
+	npending++;
 }
 
 /* ---------------------------------------------------------------------
@@ -605,7 +830,7 @@ lf_migrate_rows(LfMigration *mig, Oid input, ItemPointer tids, int ntids)
  *			by another transaction is skipped, like SKIP LOCKED
  *	 INSERT INTO target_m SELECT <mapping m> FROM retired
  *	   WHERE <m's filter> AND ctid = ANY ($1)		(one per mapping, read with S)
- *	 INSERT INTO leapfrog.progress VALUES (<id>, $2)
+ *	 and the count goes to the progress log (lf_progress_add)
  *
  * S is taken before the deletes, at the command they are made in, so it
  * still sees the rows they deleted (a tuple deleted by the snapshot's own
@@ -625,7 +850,7 @@ typedef struct RangeStepPlan
 	StepKey		key;
 	List	   *inserts;		/* PlannedStmt per mapping, in TopMemoryContext */
 	List	   *unfiltered;		/* per mapping: true if it copies every row */
-	PlannedStmt *progress;
+	bool		ready;
 } RangeStepPlan;
 
 static HTAB *range_step_plans = NULL;
@@ -647,11 +872,7 @@ range_step_plan(LfMigration *mig, Oid input)
 	StepKey		key = {mig->id, input};
 	RangeStepPlan *sp;
 	bool		found;
-	Relation	progress;
 	ListCell   *lc;
-	Query	   *values;
-	Query	   *top;
-	Param	   *nparam;
 	List	   *inserts = NIL;
 	List	   *unfiltered = NIL;
 	MemoryContext old;
@@ -664,9 +885,9 @@ range_step_plan(LfMigration *mig, Oid input)
 									   HASH_ELEM | HASH_BLOBS);
 	}
 	sp = hash_search(range_step_plans, &key, HASH_ENTER, &found);
-	if (found && sp->progress != NULL)
+	if (found && sp->ready)
 		return sp;
-	sp->progress = NULL;
+	sp->ready = false;
 
 	/* INSERT INTO target SELECT <mapping> FROM retired WHERE ... AND ctid = ANY ($1) */
 	foreach(lc, mig->mappings)
@@ -700,36 +921,11 @@ range_step_plan(LfMigration *mig, Oid input)
 		MemoryContextSwitchTo(old);
 	}
 
-	/* INSERT INTO leapfrog.progress SELECT <id>, $2 */
-	progress = table_open(lf_catalog_table("progress"), AccessShareLock);
-	if (RelationGetDescr(progress)->natts != 2)
-		elog(ERROR, "leapfrog: unexpected definition of leapfrog.progress");
-	nparam = makeNode(Param);
-	nparam->paramkind = PARAM_EXTERN;
-	nparam->paramid = 2;
-	nparam->paramtype = INT8OID;
-	nparam->paramtypmod = -1;
-	nparam->location = -1;
-	values = makeNode(Query);
-	values->commandType = CMD_SELECT;
-	values->querySource = QSRC_ORIGINAL;
-	values->canSetTag = true;
-	values->jointree = makeFromExpr(NIL, NULL);
-	values->targetList = list_make2(makeTargetEntry((Expr *) makeConst(INT4OID, -1, InvalidOid, 4,
-																	   Int32GetDatum(mig->id), false, true),
-													1, pstrdup("migration_id"), false),
-									makeTargetEntry((Expr *) nparam, 2, pstrdup("n"), false));
-	top = insert_select(progress, relation_rte(progress, ACL_INSERT, lf_catalog_owner()),
-						values, "lf_count");
-	top->canSetTag = true;
-	table_close(progress, AccessShareLock);
-
 	old = MemoryContextSwitchTo(TopMemoryContext);
 	sp->inserts = inserts;
 	sp->unfiltered = list_copy(unfiltered);
 	MemoryContextSwitchTo(old);
-	/* last: an error above leaves the entry incomplete, rebuilt next time */
-	sp->progress = plan_in_top_context(top, "leapfrog migrate");
+	sp->ready = true;			/* last: an error above leaves it to be rebuilt */
 	return sp;
 }
 
@@ -842,15 +1038,11 @@ lf_migrate_range(LfMigration *mig, Oid input, BlockNumber lo, BlockNumber hi, Lf
 	errcb.arg = &mc;
 	errcb.previous = error_context_stack;
 	error_context_stack = &errcb;
-	params = makeParamList(2);
+	params = makeParamList(1);
 	params->params[0].value = tid_array(mc.tids, mc.n);
 	params->params[0].isnull = false;
 	params->params[0].pflags = PARAM_FLAG_CONST;
 	params->params[0].ptype = TIDARRAYOID;
-	params->params[1].value = Int64GetDatum((int64) mc.n);
-	params->params[1].isnull = false;
-	params->params[1].pflags = PARAM_FLAG_CONST;
-	params->params[1].ptype = INT8OID;
 
 	GetUserIdAndSecContext(&save_user, &save_sec);
 	SetUserIdAndSecContext(mig->owner, save_sec | SECURITY_LOCAL_USERID_CHANGE |
@@ -864,11 +1056,11 @@ lf_migrate_range(LfMigration *mig, Oid input, BlockNumber lo, BlockNumber hi, Lf
 			elog(ERROR, "leapfrog: a background step copied %llu of its %d claimed rows",
 				 (unsigned long long) copied, mc.n);
 	}
-	(void) run_step_plan(sp->progress, params, snap);
 	SetUserIdAndSecContext(save_user, save_sec);
 	error_context_stack = errcb.previous;
 	UnregisterSnapshot(snap);
 	CommandCounterIncrement();
+	lf_progress_add(mig->id, mc.n);
 	return mc.n;
 }
 

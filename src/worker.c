@@ -415,8 +415,8 @@ bool
 lf_try_complete(LfMigration *mig)
 {
 	ListCell   *lc;
-	Oid			types[1] = {INT4OID};
-	Datum		values[1] = {Int32GetDatum(mig->id)};
+	Oid			types[2] = {INT4OID, INT8OID};
+	Datum		values[2] = {Int32GetDatum(mig->id), Int64GetDatum(lf_progress_pending(mig->id))};
 	char	   *name = pstrdup(mig->name);
 	List	   *inputs = list_copy(mig->inputs);
 	List	   *targets = NIL;
@@ -436,8 +436,9 @@ lf_try_complete(LfMigration *mig)
 								 "finished_at = pg_catalog.clock_timestamp(), "
 								 "tuples_total = (SELECT COALESCE(pg_catalog.sum(n), 0) "
 								 "FROM leapfrog.progress WHERE migration_id OPERATOR(pg_catalog.=) $1) "
+								 "OPERATOR(pg_catalog.+) $2 "
 								 "WHERE id OPERATOR(pg_catalog.=) $1 AND state OPERATOR(pg_catalog.<>) 'done'",
-								 1, types, values, SPI_OK_UPDATE);
+								 2, types, values, SPI_OK_UPDATE);
 	if (SPI_processed == 0)
 	{
 		/*

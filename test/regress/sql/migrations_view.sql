@@ -46,9 +46,32 @@ SELECT name, state, tuples_total, tuples_migrated
 SELECT leapfrog.remaining('mv_two');
 SELECT * FROM mv.b2 WHERE id = 2;
 
--- complete() for real.
+-- tuples_migrated counts what committed transactions migrated: rows of a
+-- subtransaction rolled back are unmigrated again and not counted, a
+-- released one counts with its transaction, which counts when it commits.
+BEGIN;
+SELECT v FROM mv.a WHERE id = 4;
+SAVEPOINT s1;
+SELECT v FROM mv.a WHERE id IN (5, 6) ORDER BY id;
+ROLLBACK TO s1;
+SAVEPOINT s2;
+SELECT v FROM mv.a WHERE id = 7;
+RELEASE s2;
+SELECT tuples_migrated FROM leapfrog.migrations WHERE name = 'mv_one';
+COMMIT;
+SELECT tuples_migrated FROM leapfrog.migrations WHERE name = 'mv_one';
+SELECT leapfrog.remaining('mv_one');
+
+-- complete() for real; for mv_one in the transaction that migrated a row
+-- before it: every row is counted once, and no progress log is left.
+BEGIN;
+SELECT v FROM mv.a WHERE id = 8;
 SELECT leapfrog.complete('mv_one');
+COMMIT;
 SELECT leapfrog.complete('mv_two');
+SELECT count(*) AS progress_rows_left
+  FROM leapfrog.progress p JOIN leapfrog.migration m ON m.id = p.migration_id
+ WHERE m.name LIKE 'mv\_%';
 SELECT name, state, tuples_total, tuples_migrated, error,
        finished_at IS NOT NULL AS finished, finished_at >= started_at AS ordered
   FROM leapfrog.migrations WHERE name LIKE 'mv\_%' ORDER BY name;
