@@ -1025,14 +1025,15 @@ lf_migrate_range(LfMigration *mig, Oid input, BlockNumber lo, BlockNumber hi, Lf
 	CommandCounterIncrement();
 	snap = RegisterSnapshot(GetTransactionSnapshot());
 	mc.n = claim_range(rel, snap, lo, hi, &mc.tids, TopMemoryContext);
-	claim->tids = mc.tids;
-	claim->n = mc.n;
 	table_close(rel, NoLock);
 	if (mc.n == 0)
 	{
+		pfree(mc.tids);
 		UnregisterSnapshot(snap);
 		return 0;
 	}
+	claim->tids = mc.tids;
+	claim->n = mc.n;
 
 	errcb.callback = migrate_errcontext;
 	errcb.arg = &mc;
