@@ -138,21 +138,24 @@ tidset_sort_unique(TidSet *set)
 	set->n = j + 1;
 }
 
-/* Run one plan with the given snapshot and parameters. */
-static void
+/* Run one plan with the given snapshot and parameters; returns es_processed. */
+static uint64
 run_plan(PlannedStmt *ps, const char *what, Snapshot snap, ParamListInfo params,
 		 DestReceiver *dest)
 {
 	QueryDesc  *qd;
+	uint64		n;
 
 	PushActiveSnapshot(snap);
 	qd = CreateQueryDesc(ps, what, snap, InvalidSnapshot, dest, params, NULL, 0);
 	ExecutorStart(qd, 0);
 	ExecutorRun(qd, ForwardScanDirection, 0, true);
 	ExecutorFinish(qd);
+	n = qd->estate->es_processed;
 	ExecutorEnd(qd);
 	FreeQueryDesc(qd);
 	PopActiveSnapshot();
+	return n;
 }
 
 /* ---------------------------------------------------------------------
@@ -190,6 +193,32 @@ typedef struct StepPlan
 } StepPlan;
 
 static HTAB *step_plans = NULL;
+
+/* Plans built here are kept per backend, in hash tables made on first use. */
+static void *
+plan_cache_entry(HTAB **cache, const char *name, Size keysize, Size entrysize,
+				 const void *key, bool *found)
+{
+	if (*cache == NULL)
+	{
+		HASHCTL		ctl = {.keysize = keysize,.entrysize = entrysize};
+
+		*cache = hash_create(name, 16, &ctl, HASH_ELEM | HASH_BLOBS);
+	}
+	return hash_search(*cache, key, HASH_ENTER, found);
+}
+
+static PlannedStmt *
+plan_in_top_context(Query *q, const char *what)
+{
+	PlannedStmt *ps = standard_planner(q, what, 0, NULL);
+	MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
+	PlannedStmt *copy = copyObject(ps);
+
+	MemoryContextSwitchTo(old);
+	return copy;
+}
+
 
 /* ctid = ANY ($1) over range table entry 1 */
 static Expr *
@@ -418,13 +447,8 @@ step_plan(LfMigration *mig, Oid input)
 	StepPlan   *sp;
 	bool		found;
 
-	if (step_plans == NULL)
-	{
-		HASHCTL		ctl = {.keysize = sizeof(StepKey),.entrysize = sizeof(StepPlan)};
-
-		step_plans = hash_create("leapfrog migration steps", 16, &ctl, HASH_ELEM | HASH_BLOBS);
-	}
-	sp = hash_search(step_plans, &key, HASH_ENTER, &found);
+	sp = plan_cache_entry(&step_plans, "leapfrog migration steps", sizeof(StepKey),
+						  sizeof(StepPlan), &key, &found);
 	if (!found || sp->plan == NULL)
 	{
 		Relation	in = table_open(input, AccessShareLock);
@@ -433,8 +457,6 @@ step_plan(LfMigration *mig, Oid input)
 		Query	   *top;
 		RangeTblRef *rtr = makeNode(RangeTblRef);
 		ListCell   *lc;
-		PlannedStmt *ps;
-		MemoryContext old;
 
 		foreach(lc, mig->mappings)
 		{
@@ -462,10 +484,7 @@ step_plan(LfMigration *mig, Oid input)
 		migrated->cterefcount++;
 		table_close(in, AccessShareLock);
 
-		ps = standard_planner(top, "leapfrog migrate", 0, NULL);
-		old = MemoryContextSwitchTo(TopMemoryContext);
-		sp->plan = copyObject(ps);
-		MemoryContextSwitchTo(old);
+		sp->plan = plan_in_top_context(top, "leapfrog migrate");
 	}
 	return sp->plan;
 }
@@ -514,6 +533,19 @@ migrate_errcontext(void *arg)
 				   ItemPointerGetOffsetNumberNoCheck(&mc->tids[0]));
 }
 
+/* $1 of a plan built here */
+static ParamListInfo
+one_param(Datum value, Oid type)
+{
+	ParamListInfo params = makeParamList(1);
+
+	params->params[0].value = value;
+	params->params[0].isnull = false;
+	params->params[0].pflags = PARAM_FLAG_CONST;
+	params->params[0].ptype = type;
+	return params;
+}
+
 static Datum
 tid_array(ItemPointer tids, int n)
 {
@@ -551,11 +583,7 @@ lf_migrate_rows(LfMigration *mig, Oid input, ItemPointer tids, int ntids)
 	error_context_stack = &errcb;
 
 	plan = step_plan(mig, input);
-	params = makeParamList(1);
-	params->params[0].value = tid_array(tids, ntids);
-	params->params[0].isnull = false;
-	params->params[0].pflags = PARAM_FLAG_CONST;
-	params->params[0].ptype = TIDARRAYOID;
+	params = one_param(tid_array(tids, ntids), TIDARRAYOID);
 
 	GetUserIdAndSecContext(&save_user, &save_sec);
 	SetUserIdAndSecContext(mig->owner, save_sec | SECURITY_LOCAL_USERID_CHANGE |
@@ -616,16 +644,9 @@ progress_plan(int migration_id)
 	Query	   *values;
 	Query	   *top;
 	Param	   *nparam;
-	PlannedStmt *ps;
-	MemoryContext old;
 
-	if (progress_plans == NULL)
-	{
-		HASHCTL		ctl = {.keysize = sizeof(int),.entrysize = sizeof(ProgressPlan)};
-
-		progress_plans = hash_create("leapfrog progress plans", 16, &ctl, HASH_ELEM | HASH_BLOBS);
-	}
-	pp = hash_search(progress_plans, &migration_id, HASH_ENTER, &found);
+	pp = plan_cache_entry(&progress_plans, "leapfrog progress plans", sizeof(int),
+						  sizeof(ProgressPlan), &migration_id, &found);
 	if (found && pp->plan != NULL)
 		return pp->plan;
 	pp->plan = NULL;
@@ -652,10 +673,7 @@ progress_plan(int migration_id)
 						values, "lf_count");
 	top->canSetTag = true;
 	table_close(progress, AccessShareLock);
-	ps = standard_planner(top, "leapfrog progress", 0, NULL);
-	old = MemoryContextSwitchTo(TopMemoryContext);
-	pp->plan = copyObject(ps);
-	MemoryContextSwitchTo(old);
+	pp->plan = plan_in_top_context(top, "leapfrog progress");
 	return pp->plan;
 }
 
@@ -704,7 +722,6 @@ lf_progress_flush(void)
 			int			j;
 			int64		n = pending[i].n;
 			ParamListInfo params;
-			QueryDesc  *qd;
 			Snapshot	snap;
 
 			if (n == 0)
@@ -717,22 +734,11 @@ lf_progress_flush(void)
 				}
 			if (!migration_active(pending[i].migration_id))
 				continue;		/* completed by this transaction, which counted it */
-			params = makeParamList(1);
-			params->params[0].value = Int64GetDatum(n);
-			params->params[0].isnull = false;
-			params->params[0].pflags = PARAM_FLAG_CONST;
-			params->params[0].ptype = INT8OID;
+			params = one_param(Int64GetDatum(n), INT8OID);
 			CommandCounterIncrement();
 			snap = RegisterSnapshot(GetTransactionSnapshot());
-			PushActiveSnapshot(snap);
-			qd = CreateQueryDesc(progress_plan(pending[i].migration_id), "leapfrog progress",
-								 snap, InvalidSnapshot, None_Receiver, params, NULL, 0);
-			ExecutorStart(qd, 0);
-			ExecutorRun(qd, ForwardScanDirection, 0, true);
-			ExecutorFinish(qd);
-			ExecutorEnd(qd);
-			FreeQueryDesc(qd);
-			PopActiveSnapshot();
+			(void) run_plan(progress_plan(pending[i].migration_id), "leapfrog progress",
+							snap, params, None_Receiver);
 			UnregisterSnapshot(snap);
 			pending[i].n = 0;
 		}
@@ -855,17 +861,6 @@ typedef struct RangeStepPlan
 
 static HTAB *range_step_plans = NULL;
 
-static PlannedStmt *
-plan_in_top_context(Query *q, const char *what)
-{
-	PlannedStmt *ps = standard_planner(q, what, 0, NULL);
-	MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
-	PlannedStmt *copy = copyObject(ps);
-
-	MemoryContextSwitchTo(old);
-	return copy;
-}
-
 static RangeStepPlan *
 range_step_plan(LfMigration *mig, Oid input)
 {
@@ -877,14 +872,8 @@ range_step_plan(LfMigration *mig, Oid input)
 	List	   *unfiltered = NIL;
 	MemoryContext old;
 
-	if (range_step_plans == NULL)
-	{
-		HASHCTL		ctl = {.keysize = sizeof(StepKey),.entrysize = sizeof(RangeStepPlan)};
-
-		range_step_plans = hash_create("leapfrog background steps", 16, &ctl,
-									   HASH_ELEM | HASH_BLOBS);
-	}
-	sp = hash_search(range_step_plans, &key, HASH_ENTER, &found);
+	sp = plan_cache_entry(&range_step_plans, "leapfrog background steps", sizeof(StepKey),
+						  sizeof(RangeStepPlan), &key, &found);
 	if (found && sp->ready)
 		return sp;
 	sp->ready = false;
@@ -927,27 +916,6 @@ range_step_plan(LfMigration *mig, Oid input)
 	MemoryContextSwitchTo(old);
 	sp->ready = true;			/* last: an error above leaves it to be rebuilt */
 	return sp;
-}
-
-/* Run one step plan reading with snap; returns the rows it processed. */
-static uint64
-run_step_plan(PlannedStmt *ps, ParamListInfo params, Snapshot snap)
-{
-	QueryDesc  *qd;
-	uint64		n;
-
-	CommandCounterIncrement();
-	PushActiveSnapshot(snap);
-	qd = CreateQueryDesc(ps, "leapfrog migrate", snap, InvalidSnapshot, None_Receiver,
-						 params, NULL, 0);
-	ExecutorStart(qd, 0);
-	ExecutorRun(qd, ForwardScanDirection, 0, true);
-	ExecutorFinish(qd);
-	n = qd->estate->es_processed;
-	ExecutorEnd(qd);
-	FreeQueryDesc(qd);
-	PopActiveSnapshot();
-	return n;
 }
 
 /*
@@ -1039,18 +1007,17 @@ lf_migrate_range(LfMigration *mig, Oid input, BlockNumber lo, BlockNumber hi, Lf
 	errcb.arg = &mc;
 	errcb.previous = error_context_stack;
 	error_context_stack = &errcb;
-	params = makeParamList(1);
-	params->params[0].value = tid_array(mc.tids, mc.n);
-	params->params[0].isnull = false;
-	params->params[0].pflags = PARAM_FLAG_CONST;
-	params->params[0].ptype = TIDARRAYOID;
+	params = one_param(tid_array(mc.tids, mc.n), TIDARRAYOID);
 
 	GetUserIdAndSecContext(&save_user, &save_sec);
 	SetUserIdAndSecContext(mig->owner, save_sec | SECURITY_LOCAL_USERID_CHANGE |
 						   SECURITY_RESTRICTED_OPERATION);
 	forboth(lc, sp->inserts, lu, sp->unfiltered)
 	{
-		uint64		copied = run_step_plan(lfirst(lc), params, snap);
+		uint64		copied;
+
+		CommandCounterIncrement();
+		copied = run_plan(lfirst(lc), "leapfrog migrate", snap, params, None_Receiver);
 
 		/* a mapping without a filter copies every claimed row, or none is lost */
 		if (lfirst_int(lu) && copied != (uint64) mc.n)
