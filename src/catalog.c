@@ -122,8 +122,8 @@ lf_set_owner_walker(Node *node, void *owner)
 	return expression_tree_walker(node, lf_set_owner_walker, owner);
 }
 
-static LfMigration *
-find_by_id(int id)
+LfMigration *
+lf_migration_by_id(int id)
 {
 	ListCell   *lc;
 
@@ -174,7 +174,7 @@ static void
 load_input(HeapTuple tup, TupleDesc desc)
 {
 	bool		isnull;
-	LfMigration *m = find_by_id(DatumGetInt32(heap_getattr(tup, 1, desc, &isnull)));
+	LfMigration *m = lf_migration_by_id(DatumGetInt32(heap_getattr(tup, 1, desc, &isnull)));
 
 	if (m)
 		m->inputs = lappend_oid(m->inputs,
@@ -185,7 +185,7 @@ static void
 load_mapping(HeapTuple tup, TupleDesc desc)
 {
 	bool		isnull;
-	LfMigration *m = find_by_id(DatumGetInt32(heap_getattr(tup, 2, desc, &isnull)));
+	LfMigration *m = lf_migration_by_id(DatumGetInt32(heap_getattr(tup, 2, desc, &isnull)));
 	LfMapping  *map;
 
 	if (!m)

@@ -82,6 +82,7 @@ lf_any_active(void)
 		lf_cache_load();
 	return lf_active != NIL;
 }
+extern LfMigration *lf_migration_by_id(int id);
 extern LfMigration *lf_migration_by_input(Oid input);
 extern LfMigration *lf_migration_by_target(Oid target);
 extern List *lf_mappings_for_target(Oid target);
@@ -118,8 +119,6 @@ extern List *lf_plan_items(PlannedStmt *stmt);
 /* migrate.c */
 extern void lf_install_executor_hook(void);
 extern uint64 lf_migrate_rows(LfMigration *mig, Oid input, ItemPointer tids, int ntids);
-extern void lf_progress_add(int migration_id, uint64 n);
-extern void lf_progress_flush(void);
 extern int64 lf_progress_pending(int migration_id);
 /* rows a background step claimed (tids in TopMemoryContext) */
 typedef struct LfClaim

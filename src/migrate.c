@@ -60,6 +60,8 @@
 
 static ExecutorStart_hook_type prev_ExecutorStart = NULL;
 
+static void progress_add(int migration_id, uint64 n);
+
 /* ---------------------------------------------------------------------
  * Collecting ctids from a relevance plan
  * ---------------------------------------------------------------------
@@ -220,18 +222,27 @@ plan_in_top_context(Query *q, const char *what)
 }
 
 
+/* $id of a plan built here */
+static Param *
+extern_param(int id, Oid type)
+{
+	Param	   *param = makeNode(Param);
+
+	param->paramkind = PARAM_EXTERN;
+	param->paramid = id;
+	param->paramtype = type;
+	param->paramtypmod = -1;
+	param->location = -1;
+	return param;
+}
+
 /* ctid = ANY ($1) over range table entry 1 */
 static Expr *
 ctid_any_param(void)
 {
 	ScalarArrayOpExpr *saop = makeNode(ScalarArrayOpExpr);
-	Param	   *param = makeNode(Param);
+	Param	   *param = extern_param(1, TIDARRAYOID);
 
-	param->paramkind = PARAM_EXTERN;
-	param->paramid = 1;
-	param->paramtype = TIDARRAYOID;
-	param->paramtypmod = -1;
-	param->location = -1;
 	saop->opno = TIDEqualOperator;
 	saop->opfuncid = get_opcode(TIDEqualOperator);
 	saop->useOr = true;
@@ -595,7 +606,7 @@ lf_migrate_rows(LfMigration *mig, Oid input, ItemPointer tids, int ntids)
 	SetUserIdAndSecContext(save_user, save_sec);
 	error_context_stack = errcb.previous;
 	CommandCounterIncrement();
-	lf_progress_add(mig->id, rcv.n);
+	progress_add(mig->id, rcv.n);
 	return rcv.n;
 }
 
@@ -643,7 +654,6 @@ progress_plan(int migration_id)
 	Relation	progress;
 	Query	   *values;
 	Query	   *top;
-	Param	   *nparam;
 
 	pp = plan_cache_entry(&progress_plans, "leapfrog progress plans", sizeof(int),
 						  sizeof(ProgressPlan), &migration_id, &found);
@@ -654,12 +664,6 @@ progress_plan(int migration_id)
 	progress = table_open(lf_catalog_table("progress"), AccessShareLock);
 	if (RelationGetDescr(progress)->natts != 2)
 		elog(ERROR, "leapfrog: unexpected definition of leapfrog.progress");
-	nparam = makeNode(Param);
-	nparam->paramkind = PARAM_EXTERN;
-	nparam->paramid = 1;
-	nparam->paramtype = INT8OID;
-	nparam->paramtypmod = -1;
-	nparam->location = -1;
 	values = makeNode(Query);
 	values->commandType = CMD_SELECT;
 	values->querySource = QSRC_ORIGINAL;
@@ -668,24 +672,13 @@ progress_plan(int migration_id)
 	values->targetList = list_make2(makeTargetEntry((Expr *) makeConst(INT4OID, -1, InvalidOid, 4,
 																	   Int32GetDatum(migration_id), false, true),
 													1, pstrdup("migration_id"), false),
-									makeTargetEntry((Expr *) nparam, 2, pstrdup("n"), false));
+									makeTargetEntry((Expr *) extern_param(1, INT8OID), 2, pstrdup("n"), false));
 	top = insert_select(progress, relation_rte(progress, ACL_INSERT, lf_catalog_owner()),
 						values, "lf_count");
 	top->canSetTag = true;
 	table_close(progress, AccessShareLock);
 	pp->plan = plan_in_top_context(top, "leapfrog progress");
 	return pp->plan;
-}
-
-static bool
-migration_active(int migration_id)
-{
-	ListCell   *lc;
-
-	foreach(lc, lf_active)
-		if (((LfMigration *) lfirst(lc))->id == migration_id)
-			return true;
-	return false;
 }
 
 /* Rows of migration_id this transaction has migrated, not yet logged. */
@@ -702,8 +695,8 @@ lf_progress_pending(int migration_id)
 }
 
 /* Write the tally: one row per migration.  Called at pre-commit. */
-void
-lf_progress_flush(void)
+static void
+progress_flush(void)
 {
 	bool		save_read_only = XactReadOnly;
 	int			i;
@@ -716,7 +709,10 @@ lf_progress_flush(void)
 	{
 		if (!lf_cache_valid)
 			lf_cache_load();
-		/* merge what nested levels counted per migration */
+		/*
+		 * Every entry is at the top level now; those passed up by committed
+		 * subtransactions can repeat a migration: one row for them all.
+		 */
 		for (i = 0; i < npending; i++)
 		{
 			int			j;
@@ -732,7 +728,7 @@ lf_progress_flush(void)
 					n += pending[j].n;
 					pending[j].n = 0;
 				}
-			if (!migration_active(pending[i].migration_id))
+			if (lf_migration_by_id(pending[i].migration_id) == NULL)
 				continue;		/* completed by this transaction, which counted it */
 			params = one_param(Int64GetDatum(n), INT8OID);
 			CommandCounterIncrement();
@@ -758,7 +754,7 @@ progress_xact_callback(XactEvent event, void *arg)
 	{
 		case XACT_EVENT_PRE_COMMIT:
 		case XACT_EVENT_PRE_PREPARE:
-			lf_progress_flush();
+			progress_flush();
 			break;
 		case XACT_EVENT_COMMIT:
 		case XACT_EVENT_PREPARE:
@@ -796,8 +792,8 @@ progress_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 }
 
 /* Count n rows of migration_id as migrated by the current (sub)transaction. */
-void
-lf_progress_add(int migration_id, uint64 n)
+static void
+progress_add(int migration_id, uint64 n)
 {
 	int			level = GetCurrentTransactionNestLevel();
 	int			i;
@@ -836,7 +832,7 @@ lf_progress_add(int migration_id, uint64 n)
  *			by another transaction is skipped, like SKIP LOCKED
  *	 INSERT INTO target_m SELECT <mapping m> FROM retired
  *	   WHERE <m's filter> AND ctid = ANY ($1)		(one per mapping, read with S)
- *	 and the count goes to the progress log (lf_progress_add)
+ *	 and the count goes to the progress log (progress_add)
  *
  * S is taken before the deletes, at the command they are made in, so it
  * still sees the rows they deleted (a tuple deleted by the snapshot's own
@@ -887,6 +883,7 @@ range_step_plan(LfMigration *mig, Oid input)
 		Relation	rel;
 		Query	   *ins;
 		PlannedStmt *ps;
+		Node	   *filtered;
 
 		if (m->input != input)
 			continue;
@@ -898,8 +895,8 @@ range_step_plan(LfMigration *mig, Oid input)
 		irte->checkAsUser = lf_catalog_owner();
 		irte->selectedCols = bms_add_member(irte->selectedCols,
 											SelfItemPointerAttributeNumber - FirstLowInvalidHeapAttributeNumber);
-		unfiltered = lappend_int(unfiltered, sub->jointree->quals == NULL);
-		sub->jointree->quals = make_and_qual(sub->jointree->quals, (Node *) ctid_any_param());
+		filtered = sub->jointree->quals;
+		sub->jointree->quals = make_and_qual(filtered, (Node *) ctid_any_param());
 		rel = table_open(m->target, AccessShareLock);
 		ins = insert_select(rel, relation_rte(rel, ACL_INSERT, mig->owner), sub, "lf_source");
 		ins->canSetTag = true;
@@ -907,13 +904,11 @@ range_step_plan(LfMigration *mig, Oid input)
 		ps = plan_in_top_context(ins, "leapfrog migrate");
 		old = MemoryContextSwitchTo(TopMemoryContext);
 		inserts = lappend(inserts, ps);
+		unfiltered = lappend_int(unfiltered, filtered == NULL);
 		MemoryContextSwitchTo(old);
 	}
-
-	old = MemoryContextSwitchTo(TopMemoryContext);
 	sp->inserts = inserts;
-	sp->unfiltered = list_copy(unfiltered);
-	MemoryContextSwitchTo(old);
+	sp->unfiltered = unfiltered;
 	sp->ready = true;			/* last: an error above leaves it to be rebuilt */
 	return sp;
 }
@@ -1028,7 +1023,7 @@ lf_migrate_range(LfMigration *mig, Oid input, BlockNumber lo, BlockNumber hi, Lf
 	error_context_stack = errcb.previous;
 	UnregisterSnapshot(snap);
 	CommandCounterIncrement();
-	lf_progress_add(mig->id, mc.n);
+	progress_add(mig->id, mc.n);
 	return mc.n;
 }
 

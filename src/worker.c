@@ -635,10 +635,7 @@ worker_batch(int migration_id)
 	PushActiveSnapshot(GetTransactionSnapshot());
 	pgstat_report_activity(STATE_RUNNING, "leapfrog: migrating a batch");
 	lf_cache_load();
-	mig = NULL;
-	foreach(lc, lf_active)
-		if (((LfMigration *) lfirst(lc))->id == migration_id)
-			mig = lfirst(lc);
+	mig = lf_migration_by_id(migration_id);
 	if (mig == NULL || mig->failed)
 	{
 		PopActiveSnapshot();
@@ -731,10 +728,7 @@ worker_batch(int migration_id)
 			StartTransactionCommand();
 			PushActiveSnapshot(GetTransactionSnapshot());
 			lf_cache_load();
-			mig = NULL;
-			foreach(lc, lf_active)
-				if (((LfMigration *) lfirst(lc))->id == migration_id)
-					mig = lfirst(lc);
+			mig = lf_migration_by_id(migration_id);
 			/* names are unreadable once the transaction is aborted */
 			iname = MemoryContextStrdup(TopMemoryContext,
 										get_rel_name(input) ? get_rel_name(input) : "?");
