@@ -87,7 +87,7 @@ leapfrog_remaining(PG_FUNCTION_ARGS)
 	}
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	n = lf_remaining(mig);
+	n = lf_remaining(mig, true);
 	SPI_finish();
 	PG_RETURN_INT64((int64) n);
 }

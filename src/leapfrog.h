@@ -135,7 +135,7 @@ extern void lf_shmem_startup(void);
 extern void lf_register_launcher(void);
 extern void lf_wake_worker_at_commit(void);
 extern bool lf_try_complete(LfMigration *mig);
-extern uint64 lf_remaining(LfMigration *mig);
+extern uint64 lf_remaining(LfMigration *mig, bool read_only);
 
 /* utility.c */
 extern void lf_install_utility_hook(void);

@@ -353,9 +353,13 @@ worker_exit(int code, Datum arg)
 		SetLatch(lf_shared->launcher_latch);
 }
 
-/* Unmigrated rows of mig.  The caller is connected to SPI. */
+/*
+ * Unmigrated rows of mig.  The caller is connected to SPI.  read_only: count
+ * through the caller's snapshot (leapfrog.remaining() is STABLE); otherwise
+ * through a new one that sees the caller's own steps.
+ */
 uint64
-lf_remaining(LfMigration *mig)
+lf_remaining(LfMigration *mig, bool read_only)
 {
 	uint64		total = 0;
 	ListCell   *lc;
@@ -375,7 +379,7 @@ lf_remaining(LfMigration *mig)
 		sql = psprintf("SELECT pg_catalog.count(*) FROM %s",
 					   quote_qualified_identifier(get_namespace_name(get_rel_namespace(lfirst_oid(lc))),
 												  get_rel_name(lfirst_oid(lc))));
-		if (SPI_execute(sql, false, 0) != SPI_OK_SELECT)
+		if (SPI_execute(sql, read_only, 0) != SPI_OK_SELECT)
 			elog(ERROR, "leapfrog: could not count remaining rows");
 		total += DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	}
@@ -427,7 +431,7 @@ lf_try_complete(LfMigration *mig)
 		targets = list_append_unique_oid(targets, ((LfMapping *) lfirst(lc))->target);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	if (lf_remaining(mig) > 0)
+	if (lf_remaining(mig, false) > 0)
 	{
 		SPI_finish();
 		return false;
@@ -674,7 +678,7 @@ worker_batch(int migration_id)
 		else if (all_passes_done)
 		{
 			/* A pass over every input is over: done, or rows were locked. */
-			if (lf_remaining(mig) == 0)
+			if (lf_remaining(mig, false) == 0)
 			{
 				SPI_finish();
 				(void) lf_try_complete(mig);
