@@ -33,10 +33,15 @@ def _statements(sql):
 BIG = 2**31 - 1
 
 
+# A copy batch function copies the next n source rows of its part of the
+# key space, the warehouses [st["w_lo"], st["w_hi"]) (every TPC-C key starts
+# with the warehouse), after the key st["lo"]; it updates st and returns
+# (rows copied, part done).
+
 def _split_batch(conn, st, n):
-    lo = st.get("lo", (0, 0, 0))
+    lo = st.get("lo", (st["w_lo"], 0, 0))
     row = conn.execute("""
-WITH src AS (SELECT * FROM customer WHERE (c_w_id, c_d_id, c_id) > (%s, %s, %s)
+WITH src AS (SELECT * FROM customer WHERE (c_w_id, c_d_id, c_id) > (%s, %s, %s) AND c_w_id < %s
               ORDER BY c_w_id, c_d_id, c_id LIMIT %s),
      a AS (INSERT INTO customer_private
            SELECT c_w_id, c_d_id, c_id, c_credit, c_credit_lim, c_discount, c_balance,
@@ -47,7 +52,7 @@ WITH src AS (SELECT * FROM customer WHERE (c_w_id, c_d_id, c_id) > (%s, %s, %s)
                   c_city, c_state, c_zip, c_phone, c_since FROM src
            ON CONFLICT DO NOTHING)
 SELECT c_w_id, c_d_id, c_id, (SELECT count(*) FROM src) FROM src
- ORDER BY c_w_id DESC, c_d_id DESC, c_id DESC LIMIT 1""", (*lo, n)).fetchone()
+ ORDER BY c_w_id DESC, c_d_id DESC, c_id DESC LIMIT 1""", (*lo, st["w_hi"], n)).fetchone()
     if row is None:
         return 0, True
     st["lo"] = row[:3]
@@ -55,13 +60,14 @@ SELECT c_w_id, c_d_id, c_id, (SELECT count(*) FROM src) FROM src
 
 
 def _aggregate_batch(conn, st, n):
-    lo = st.get("lo", (0, 0, 0))
+    lo = st.get("lo", (st["w_lo"], 0, 0))
     hi = conn.execute("""
-SELECT ol_w_id, ol_d_id, ol_o_id FROM order_line WHERE (ol_w_id, ol_d_id, ol_o_id) > (%s, %s, %s)
- ORDER BY ol_w_id, ol_d_id, ol_o_id, ol_number OFFSET %s LIMIT 1""", (*lo, n - 1)).fetchone()
+SELECT ol_w_id, ol_d_id, ol_o_id FROM order_line
+ WHERE (ol_w_id, ol_d_id, ol_o_id) > (%s, %s, %s) AND ol_w_id < %s
+ ORDER BY ol_w_id, ol_d_id, ol_o_id, ol_number OFFSET %s LIMIT 1""", (*lo, st["w_hi"], n - 1)).fetchone()
     done = hi is None
     if done:
-        hi = (BIG, BIG, BIG)
+        hi = (st["w_hi"], 0, 0)
     conn.execute("""
 INSERT INTO order_total
 SELECT ol_w_id, ol_d_id, ol_o_id, sum(ol_amount) FROM order_line
@@ -80,14 +86,15 @@ _OS_STOCK = """s.s_w_id, s.s_i_id, s.s_quantity, s.s_ytd, s.s_order_cnt, s.s_rem
 def _join_batch(conn, st, n):
     phase = st.get("phase", "lines")
     if phase == "lines":
-        lo = st.get("lo", (0, 0, 0, 0))
+        lo = st.get("lo", (st["w_lo"], 0, 0, 0))
         hi = conn.execute("""
 SELECT ol_w_id, ol_d_id, ol_o_id, ol_number FROM order_line
- WHERE (ol_w_id, ol_d_id, ol_o_id, ol_number) > (%s, %s, %s, %s)
- ORDER BY ol_w_id, ol_d_id, ol_o_id, ol_number OFFSET %s LIMIT 1""", (*lo, n - 1)).fetchone()
+ WHERE (ol_w_id, ol_d_id, ol_o_id, ol_number) > (%s, %s, %s, %s) AND ol_w_id < %s
+ ORDER BY ol_w_id, ol_d_id, ol_o_id, ol_number OFFSET %s LIMIT 1""",
+                          (*lo, st["w_hi"], n - 1)).fetchone()
         last = hi is None
         if last:
-            hi = (BIG, BIG, BIG, BIG)
+            hi = (st["w_hi"], 0, 0, 0)
         # Share-lock the stock rows first, in key order (the order NewOrder
         # updates them in), so the copy does not deadlock with NewOrder.
         conn.execute("""
@@ -110,15 +117,15 @@ SELECT * FROM (
 ON CONFLICT DO NOTHING""", (*lo, *hi))
         st["lo"] = hi
         if last:
-            st["phase"], st["lo"] = "stock", (0, 0)
+            st["phase"], st["lo"] = "stock", (st["w_lo"], 0)
         return n, False
-    lo = st.get("lo", (0, 0))
+    lo = st["lo"]
     hi = conn.execute("""
-SELECT s_w_id, s_i_id FROM stock WHERE (s_w_id, s_i_id) > (%s, %s)
- ORDER BY s_w_id, s_i_id OFFSET %s LIMIT 1""", (*lo, n - 1)).fetchone()
+SELECT s_w_id, s_i_id FROM stock WHERE (s_w_id, s_i_id) > (%s, %s) AND s_w_id < %s
+ ORDER BY s_w_id, s_i_id OFFSET %s LIMIT 1""", (*lo, st["w_hi"], n - 1)).fetchone()
     done = hi is None
     if done:
-        hi = (BIG, BIG)
+        hi = (st["w_hi"], 0)
     conn.execute(f"""
 INSERT INTO orderline_stock (s_w_id, s_i_id, s_quantity, s_ytd, s_order_cnt, s_remote_cnt, s_data,
        s_dist_01, s_dist_02, s_dist_03, s_dist_04, s_dist_05,

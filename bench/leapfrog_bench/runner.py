@@ -185,6 +185,11 @@ class Runner:
                 f"{len(runs) - len(ok)} of {len(runs)} runs did not end ok: medians over the others"]
         return rep
 
+    def _background_workers(self):
+        """Leapfrog's background workers per database in this cluster: the
+        multi-step copy gets as many connections (same means for both)."""
+        return int(self.cluster.settings.get("leapfrog.background_workers", 2))
+
     def _input_rows(self, mig):
         """Rows of the migration's inputs as loaded (None if not known)."""
         rows = self.meta.get("load", {}).get("rows", {})
@@ -265,7 +270,9 @@ class Runner:
         t_m = t_origin + migrate_at
         t_end = t_origin + duration
         drv = DRIVERS[strat](self.cluster.conninfo(RUNDB), mig, t_m, stop,
-                             params={**p.get("multistep", {}), "input_rows": self._input_rows(mig)},
+                             params={"copy_connections": self._background_workers(),
+                                     **p.get("multistep", {}), "warehouses": p["warehouses"],
+                                     "input_rows": self._input_rows(mig)},
                              log=self.log)
         drv.start()
         try:

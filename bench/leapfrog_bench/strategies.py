@@ -102,15 +102,26 @@ def _with_lock_retries(conn, fn, lock_timeout_ms=50, retries=200, stop=None):
     raise RuntimeError(f"could not get locks after {retries} tries")
 
 
+def warehouse_parts(warehouses, k):
+    """k contiguous ranges [lo, hi) of warehouse ids covering 1..2**31-1
+    (the first from 0, the last to the end, so no key is left out), at most
+    one per warehouse."""
+    k = max(1, min(k, warehouses))
+    bounds = [0] + [1 + i * warehouses // k for i in range(1, k)] + [2**31 - 1]
+    return list(zip(bounds, bounds[1:]))
+
+
 class Multistep(Driver):
     """pgroll / pg-osc style: shadow tables kept in sync by triggers, batched
     background copy, then a cut-over that drops the old tables and deploys
-    the new code (old code runs, with trigger overhead, until then)."""
+    the new code (old code runs, with trigger overhead, until then).
+
+    The copy runs on params["copy_connections"] connections, each over its
+    own range of warehouses; the profiles give it as many as Leapfrog has
+    background workers, so both strategies copy with the same means."""
 
     def apply(self):
-        n = int(self.params.get("batch_size", 1000))
         self.batch_retries = 0
-        nap = float(self.params.get("naptime_ms", 0)) / 1000.0
         with psycopg.connect(self.conninfo, autocommit=True) as c:
             total = c.execute(self.mig.copy_rows_sql).fetchone()[0] or 1
 
@@ -120,29 +131,9 @@ class Multistep(Driver):
                 cc.execute(self.mig.multistep_setup())
             _with_lock_retries(c, setup)
             self.events["setup_done"] = time.time()
-            st, done_rows, done = {}, 0, False
             self.progress.append((time.time(), 0.0))
-            while not done:
-                if self.stop_ev.is_set():
-                    self.notes.append(f"copy stopped at end of window ({done_rows / total:.0%})")
-                    return
-                for attempt in range(50):
-                    saved = dict(st)
-                    try:
-                        with c.transaction():
-                            k, done = self.mig.batch(c, st, n)
-                        break
-                    except (errors.DeadlockDetected, errors.SerializationFailure):
-                        st.clear()
-                        st.update(saved)
-                        self.batch_retries += 1
-                        time.sleep(0.01)
-                else:
-                    raise RuntimeError("copy batch failed 50 times (deadlocks)")
-                done_rows += k
-                self.progress.append((time.time(), min(1.0, done_rows / total)))
-                if nap:
-                    time.sleep(nap)
+            if not self._copy(total):
+                return
             c.execute(self.mig.analyze_sql())
             self.events["copy_done"] = time.time()
             if self.batch_retries:
@@ -156,6 +147,63 @@ class Multistep(Driver):
             self.events["complete"] = time.time()
             self.progress.append((time.time(), 1.0))
             self.probe(c)
+
+    def _copy(self, total):
+        """Run the copy's connections to the end; False if the window ended
+        (or a connection failed) first."""
+        parts = warehouse_parts(int(self.params.get("warehouses", 1)),
+                                int(self.params.get("copy_connections", 1)))
+        lock = threading.Lock()
+        done_rows = [0]
+        errors_ = []
+        self._abort = threading.Event()   # a connection failed: the others stop
+
+        def copy_part(w_lo, w_hi):
+            try:
+                with psycopg.connect(self.conninfo, autocommit=True) as cc:
+                    self._copy_part(cc, {"w_lo": w_lo, "w_hi": w_hi}, total, lock, done_rows)
+            except Exception as e:  # noqa: BLE001
+                errors_.append(e)
+                self._abort.set()
+
+        threads = [threading.Thread(target=copy_part, args=p, daemon=True) for p in parts]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if errors_:
+            raise errors_[0]
+        if self.stop_ev.is_set():
+            self.notes.append(f"copy stopped at end of window ({done_rows[0] / total:.0%})")
+            return False
+        return True
+
+    def _copy_part(self, c, st, total, lock, done_rows):
+        n = int(self.params.get("batch_size", 1000))
+        nap = float(self.params.get("naptime_ms", 0)) / 1000.0
+        done = False
+        while not done:
+            if self.stop_ev.is_set() or self._abort.is_set():
+                return
+            for attempt in range(50):
+                saved = dict(st)
+                try:
+                    with c.transaction():
+                        k, done = self.mig.batch(c, st, n)
+                    break
+                except (errors.DeadlockDetected, errors.SerializationFailure):
+                    st.clear()
+                    st.update(saved)
+                    with lock:
+                        self.batch_retries += 1
+                    time.sleep(0.01)
+            else:
+                raise RuntimeError("copy batch failed 50 times (deadlocks)")
+            with lock:
+                done_rows[0] += k
+                self.progress.append((time.time(), min(1.0, done_rows[0] / total)))
+            if nap:
+                time.sleep(nap)
 
 
 class Lazy(Driver):

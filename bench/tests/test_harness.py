@@ -163,3 +163,17 @@ def test_lazy_progress_uses_loaded_row_count(tmp_path):
     conn = FakeConn()
     drv.poll(conn, "bench_split")
     assert "tuples_total" in conn.sql[0] and drv.progress[0][1] == 1.0
+
+
+def test_multistep_copy_parts_cover_every_warehouse_once():
+    from leapfrog_bench.strategies import warehouse_parts
+    for w in (1, 2, 3, 10, 50):
+        for k in (1, 2, 3, 4):
+            parts = warehouse_parts(w, k)
+            assert len(parts) == min(k, w)
+            assert parts[0][0] == 0 and parts[-1][1] == 2**31 - 1
+            assert all(a[1] == b[0] for a, b in zip(parts, parts[1:]))   # contiguous
+            assert all(lo < hi for lo, hi in parts)
+            owners = [sum(lo <= x < hi for lo, hi in parts) for x in range(0, w + 2)]
+            assert owners == [1] * (w + 2)
+    assert warehouse_parts(10, 2) == [(0, 6), (6, 2**31 - 1)]
