@@ -10,12 +10,14 @@
  * unmigrated rows in physical order, in small transactions
  * (leapfrog.batch_size rows, leapfrog.background_naptime between batches,
  * leapfrog.background_delay after start()), skipping rows that sessions or
- * the other workers are migrating (SKIP LOCKED).  Worker k of n starts its
- * first pass at block k/n of each input, so the workers begin on disjoint
- * parts; a worker whose pass ends while rows remain starts over at block 0
- * and helps the others.  When the inputs are empty a worker completes the
- * migration (one of them wins, see lf_try_complete).  Workers exit when
- * their database has no running migration left.
+ * the other workers are migrating (SKIP LOCKED).  The workers of a
+ * database share one cursor per input (LfCursor): each batch takes the next
+ * range of blocks of the current pass, so no block is visited twice in a
+ * pass.  When a pass has handed out every block, the last worker to finish
+ * its range checks what the pass left (lf_try_complete counts the inputs):
+ * nothing, and it completes the migration; rows sessions held, and a new
+ * pass begins.  Workers exit when their database has no running migration
+ * left.
  *
  * Why several: under a saturating load one worker gets a small share of
  * the CPU, and every statement pays the cost of the migration (relevance
@@ -34,9 +36,11 @@
  *
  * Shared state (LfShared) is protected by its LWLock: slots[] says, per
  * database and worker number, whether a worker is wanted and which pid
- * runs it.  A worker clears its `wanted` flag when it starts a round and
- * exits only if nobody set it again meanwhile, so a start() committed while
- * the worker was finding nothing to do is never missed.
+ * runs it, and holds the cursors; a worker's `busy` bits are cleared when
+ * its batch ends, and by worker_exit if it dies.  A worker clears its
+ * `wanted` flag when it starts a round and exits only if nobody set it
+ * again meanwhile, so a start() committed while the worker was finding
+ * nothing to do is never missed.
  *-------------------------------------------------------------------------
  */
 #include "leapfrog.h"
@@ -73,12 +77,27 @@
 #include "utils/timestamp.h"
 
 #define LF_MAX_DATABASES 64
+#define LF_MAX_CURSORS 32		/* inputs of running migrations per database */
+
+/*
+ * A pass of the workers over one input: blocks below `next` have been
+ * handed out in this pass; bit k of `busy` is set while worker k migrates
+ * a range of the migration or checks whether its pass left rows.
+ */
+typedef struct LfCursor
+{
+	int			migration_id;	/* 0: free */
+	Oid			input;
+	BlockNumber next;
+	uint32		busy;
+} LfCursor;
 
 typedef struct LfSlot
 {
 	Oid			dboid;
 	bool		wanted[LF_MAX_WORKERS];
 	pid_t		pid[LF_MAX_WORKERS];	/* 0: none; -1: being launched */
+	LfCursor	cursors[LF_MAX_CURSORS];
 } LfSlot;
 
 typedef struct LfShared
@@ -313,9 +332,10 @@ lf_launcher_main(Datum arg)
 typedef struct InputCursor
 {
 	Oid			input;
+	BlockNumber step;			/* blocks per batch, adapted */
+	/* used only when the shared table of cursors is full: */
 	bool		started;		/* next is set */
 	BlockNumber next;			/* next block to visit */
-	BlockNumber step;			/* blocks per batch, adapted */
 } InputCursor;
 
 static List *cursors = NIL;		/* in TopMemoryContext */
@@ -347,7 +367,13 @@ worker_exit(int code, Datum arg)
 	LWLockAcquire(lf_shared->lock, LW_EXCLUSIVE);
 	s = slot_for(MyDatabaseId, false);
 	if (s && s->pid[my_worker_number] == MyProcPid)
+	{
+		int			i;
+
 		s->pid[my_worker_number] = 0;
+		for (i = 0; i < LF_MAX_CURSORS; i++)
+			s->cursors[i].busy &= ~(1U << my_worker_number);
+	}
 	LWLockRelease(lf_shared->lock);
 	if (lf_shared->launcher_latch)
 		SetLatch(lf_shared->launcher_latch);
@@ -537,17 +563,159 @@ lf_mark_failed(int migration_id, const char *error)
 }
 
 /*
+ * The shared cursor of (migration, input) in this database's slot, made if
+ * missing; NULL if the table is full of cursors of running migrations.
+ * Caller holds lf_shared->lock exclusively and has lf_active loaded.
+ */
+static LfCursor *
+shared_cursor(int migration_id, Oid input)
+{
+	LfSlot	   *s = slot_for(MyDatabaseId, false);
+	LfCursor   *free_entry = NULL;
+	int			i;
+
+	if (s == NULL)
+		return NULL;
+	for (i = 0; i < LF_MAX_CURSORS; i++)
+	{
+		LfCursor   *e = &s->cursors[i];
+
+		if (e->migration_id == migration_id && e->input == input)
+			return e;
+		/* free, or left by a migration that is over */
+		if (free_entry == NULL &&
+			(e->migration_id == 0 ||
+			 (e->busy == 0 && lf_migration_by_id(e->migration_id) == NULL)))
+			free_entry = e;
+	}
+	if (free_entry)
+	{
+		free_entry->migration_id = migration_id;
+		free_entry->input = input;
+		free_entry->next = 0;
+		free_entry->busy = 0;
+	}
+	return free_entry;
+}
+
+/*
+ * Hand this worker the next range [*lo, *hi) of c's input in the current
+ * pass, and mark it busy on the migration; false if the pass has handed
+ * out every block.  The workers share one cursor per input, so they move
+ * through it together and never revisit blocks another worker migrated
+ * (scanning migrated blocks again, and counting the inputs at the end of
+ * each worker's own pass, was a quarter of two workers' time).
+ */
+static bool
+claim_range(int migration_id, InputCursor *c, BlockNumber nblocks,
+			BlockNumber *lo, BlockNumber *hi)
+{
+	LfCursor   *e;
+	bool		ok;
+
+	LWLockAcquire(lf_shared->lock, LW_EXCLUSIVE);
+	e = shared_cursor(migration_id, c->input);
+	if (e)
+	{
+		ok = e->next < nblocks;
+		if (ok)
+		{
+			*lo = e->next;
+			*hi = Min(*lo + c->step, nblocks);
+			e->next = *hi;
+			e->busy |= 1U << my_worker_number;
+		}
+		LWLockRelease(lf_shared->lock);
+		return ok;
+	}
+	LWLockRelease(lf_shared->lock);
+
+	/* no room for a shared cursor: a pass of our own, worker k from k/n */
+	if (!c->started)
+	{
+		c->next = (BlockNumber) ((uint64) nblocks * my_worker_number / my_worker_count);
+		c->started = true;
+	}
+	if (c->next >= nblocks)
+		return false;
+	*lo = c->next;
+	*hi = Min(*lo + c->step, nblocks);
+	c->next = *hi;
+	return true;
+}
+
+/*
+ * Whether the current pass of every input of the migration is over: every
+ * block handed out and no other worker busy on it.  If so, this worker
+ * becomes busy on all of them to check what the pass left (the others then
+ * wait for it).  With private cursors, whether this worker's pass is over.
+ */
+static bool
+pass_over(LfMigration *mig)
+{
+	LfSlot	   *s;
+	uint32		me = 1U << my_worker_number;
+	bool		over = true;
+	int			i;
+
+	LWLockAcquire(lf_shared->lock, LW_EXCLUSIVE);
+	s = slot_for(MyDatabaseId, false);
+	for (i = 0; s && i < LF_MAX_CURSORS; i++)
+		if (s->cursors[i].migration_id == mig->id && (s->cursors[i].busy & ~me) != 0)
+			over = false;
+	for (i = 0; over && s && i < LF_MAX_CURSORS; i++)
+		if (s->cursors[i].migration_id == mig->id)
+			s->cursors[i].busy |= me;
+	LWLockRelease(lf_shared->lock);
+	return over;
+}
+
+/* Start a new pass over every input of the migration. */
+static void
+new_pass(LfMigration *mig)
+{
+	LfSlot	   *s;
+	ListCell   *lc;
+	int			i;
+
+	LWLockAcquire(lf_shared->lock, LW_EXCLUSIVE);
+	s = slot_for(MyDatabaseId, false);
+	for (i = 0; s && i < LF_MAX_CURSORS; i++)
+		if (s->cursors[i].migration_id == mig->id)
+			s->cursors[i].next = 0;
+	LWLockRelease(lf_shared->lock);
+	foreach(lc, mig->inputs)
+		cursor_for(lfirst_oid(lc))->started = false;
+}
+
+/* This worker is no longer busy on the migration (its batch has ended). */
+static void
+release_ranges(int migration_id)
+{
+	LfSlot	   *s;
+	int			i;
+
+	LWLockAcquire(lf_shared->lock, LW_EXCLUSIVE);
+	s = slot_for(MyDatabaseId, false);
+	for (i = 0; s && i < LF_MAX_CURSORS; i++)
+		if (s->cursors[i].migration_id == migration_id)
+			s->cursors[i].busy &= ~(1U << my_worker_number);
+	LWLockRelease(lf_shared->lock);
+}
+
+/*
  * Migrate the unmigrated rows of the next blocks of input that no one else
  * is migrating (lf_migrate_range, which fills *claim as soon as it has
  * claimed them, so that they are known even if the step fails); returns
- * how many.
+ * how many.  *pass_done: the pass has handed out every block of the input.
  */
 static int
 next_batch(LfMigration *mig, InputCursor *c, LfClaim *claim, bool *pass_done)
 {
 	Relation	rel;
 	BlockNumber nblocks;
-	BlockNumber hi;
+	BlockNumber lo,
+				hi;
 	int			n;
 
 	*pass_done = false;
@@ -559,20 +727,12 @@ next_batch(LfMigration *mig, InputCursor *c, LfClaim *claim, bool *pass_done)
 	rel = table_open(c->input, AccessShareLock);
 	nblocks = RelationGetNumberOfBlocks(rel);
 	table_close(rel, AccessShareLock);
-	if (!c->started)
-	{
-		/* worker k of n begins at block k/n: see the top of the file */
-		c->next = (BlockNumber) ((uint64) nblocks * my_worker_number / my_worker_count);
-		c->started = true;
-	}
-	if (c->next >= nblocks)
+	if (!claim_range(mig->id, c, nblocks, &lo, &hi))
 	{
 		*pass_done = true;
 		return 0;
 	}
-	hi = Min(c->next + c->step, nblocks);
-	n = (int) lf_migrate_range(mig, c->input, c->next, hi, claim);
-	c->next = hi;
+	n = (int) lf_migrate_range(mig, c->input, lo, hi, claim);
 	/* aim at lf_batch_size rows per batch */
 	if (n < lf_batch_size / 2 && c->step < 1024 * 1024)
 		c->step *= 2;
@@ -616,7 +776,9 @@ count_total(LfMigration *mig)
 
 /*
  * One background batch of migration mig, in its own transaction.  Returns
- * true if the migration has more work or was completed now.
+ * true if the migration has more work or was completed now; false if it
+ * failed, or if this worker has nothing to do until another one ends the
+ * pass (the caller sleeps).
  */
 static List *counted = NIL;	/* migrations count_total() has done, in TopMemoryContext */
 static LfClaim batch;			/* the rows of the current batch, known after an error */
@@ -627,6 +789,7 @@ worker_batch(int migration_id)
 	LfMigration *mig;
 	ListCell   *lc;
 	volatile bool more = false;
+	volatile bool waiting = false;
 	volatile bool failed_batch = false;
 	volatile Oid input = InvalidOid;
 	ItemPointerData *tids;
@@ -675,24 +838,24 @@ worker_batch(int migration_id)
 		}
 		if (batch.n > 0)
 			more = true;
-		else if (all_passes_done)
+		else if (all_passes_done && pass_over(mig))
 		{
-			/* A pass over every input is over: done, or rows were locked. */
-			if (lf_remaining(mig, false) == 0)
+			/*
+			 * The pass is over: done, or it skipped rows that sessions held
+			 * (or the empty ranges hid nothing).  lf_try_complete counts.
+			 */
+			SPI_finish();
+			if (!lf_try_complete(mig))
 			{
-				SPI_finish();
-				(void) lf_try_complete(mig);
-				SPI_connect();
-			}
-			else
-			{
-				foreach(lc, mig->inputs)
-					cursor_for(lfirst_oid(lc))->next = 0;
+				new_pass(mig);
 				more = true;
 			}
+			SPI_connect();
 		}
-		else
+		else if (!all_passes_done)
 			more = true;
+		else
+			waiting = true;		/* another worker finishes the pass and checks it */
 		SPI_finish();
 		PopActiveSnapshot();
 		CommitTransactionCommand();
@@ -713,6 +876,7 @@ worker_batch(int migration_id)
 				(errmsg("leapfrog: background batch failed: %s", edata->message)));
 	}
 	PG_END_TRY();
+	release_ranges(migration_id);
 
 	tids = batch.tids;
 	n = batch.n;
@@ -773,7 +937,7 @@ worker_batch(int migration_id)
 	}
 	if (tids)
 		pfree(tids);
-	return more || !failed_batch;
+	return !waiting && (more || !failed_batch);
 }
 
 /* Migrations of this database that want the worker, and how long to sleep. */
