@@ -572,6 +572,7 @@ shared_cursor(int migration_id, Oid input)
 {
 	LfSlot	   *s = slot_for(MyDatabaseId, false);
 	LfCursor   *free_entry = NULL;
+	LfCursor   *stale_entry = NULL;
 	int			i;
 
 	if (s == NULL)
@@ -582,12 +583,15 @@ shared_cursor(int migration_id, Oid input)
 
 		if (e->migration_id == migration_id && e->input == input)
 			return e;
-		/* free, or left by a migration that is over */
-		if (free_entry == NULL &&
-			(e->migration_id == 0 ||
-			 (e->busy == 0 && lf_migration_by_id(e->migration_id) == NULL)))
+		if (free_entry == NULL && e->migration_id == 0)
 			free_entry = e;
+		/* left by a migration that is over (as far as this worker knows) */
+		if (stale_entry == NULL && e->migration_id != 0 && e->busy == 0 &&
+			lf_migration_by_id(e->migration_id) == NULL)
+			stale_entry = e;
 	}
+	if (free_entry == NULL)
+		free_entry = stale_entry;
 	if (free_entry)
 	{
 		free_entry->migration_id = migration_id;
