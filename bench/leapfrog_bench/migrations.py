@@ -4,7 +4,8 @@
   what the eager strategy runs in one transaction;
 - tx.sql: the new application code (CREATE OR REPLACE of the *_impl
   functions), deployed in the same transaction as the schema switch;
-- multistep_setup.sql / multistep_cutover.sql and a batch copy function:
+- multistep_setup.sql / multistep_cutover.sql (/ multistep_cleanup.sql) and a
+  batch copy function:
   the multi-step (pgroll / pg-osc style) version;
 - a probe query on the new schema: "the new schema answers".
 """
@@ -168,6 +169,14 @@ class Migration:
 
     def multistep_cutover(self):
         return read_sql(self.name, "multistep_cutover.sql")
+
+    def multistep_cleanup(self):
+        """What the cut-over left for transactions of the old code, to drop
+        once they are over; None if nothing."""
+        try:
+            return read_sql(self.name, "multistep_cleanup.sql")
+        except FileNotFoundError:
+            return None
 
     def analyze_sql(self):
         """Eager and multi-step analyze the new tables before switching, as a

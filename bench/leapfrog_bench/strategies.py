@@ -147,6 +147,23 @@ class Multistep(Driver):
             self.events["complete"] = time.time()
             self.progress.append((time.time(), 1.0))
             self.probe(c)
+            cleanup = self.mig.multistep_cleanup()
+            if cleanup:
+                self._cleanup(c, cleanup)
+
+    def _cleanup(self, c, sql):
+        """Run the cut-over's cleanup once every transaction that began
+        before the cut-over has ended (they may still run the old code)."""
+        cut = c.execute("SELECT clock_timestamp()").fetchone()[0]
+        while not self.stop_ev.is_set():
+            older = c.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                " AND pid <> pg_backend_pid() AND xact_start < %s", (cut,)).fetchone()[0]
+            if older == 0:
+                _with_lock_retries(c, lambda cc: cc.execute(sql))
+                self.events["cleanup"] = time.time()
+                return
+            time.sleep(0.05)
 
     def _copy(self, total):
         """Run the copy's connections to the end; False if the window ended

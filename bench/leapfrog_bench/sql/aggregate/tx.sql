@@ -10,6 +10,9 @@ DECLARE
   v_s_data text; v_dist text; v_all_local int := 1; v_total numeric := 0;
   n int := array_length(p_items, 1);
 BEGIN
+  -- for the multi-step strategy's trigger, kept after its cut-over for
+  -- transactions of the old code (multistep_cutover.sql); no effect otherwise
+  PERFORM set_config('bench.new_code', 'on', true);
   SELECT w_tax INTO v_w_tax FROM warehouse WHERE w_id = p_w_id;
   UPDATE district SET d_next_o_id = d_next_o_id + 1
    WHERE d_w_id = p_w_id AND d_id = p_d_id
