@@ -167,8 +167,8 @@ class Migration:
     def multistep_setup(self):
         return read_sql(self.name, "multistep_setup.sql")
 
-    def multistep_cutover(self):
-        return read_sql(self.name, "multistep_cutover.sql")
+    def multistep_cutover_statements(self):
+        return _statements(read_sql(self.name, "multistep_cutover.sql"))
 
     def multistep_cleanup(self):
         """What the cut-over left for transactions of the old code, to drop

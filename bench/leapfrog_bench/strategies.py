@@ -141,7 +141,8 @@ class Multistep(Driver):
 
             def cutover(cc):
                 cc.execute(self.mig.lock_sql("ACCESS EXCLUSIVE"))
-                cc.execute(self.mig.multistep_cutover())
+                for stmt in self.mig.multistep_cutover_statements():
+                    cc.execute(stmt)
                 cc.execute(self.mig.tx())
             _with_lock_retries(c, cutover)
             self.events["complete"] = time.time()
