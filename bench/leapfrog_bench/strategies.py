@@ -10,6 +10,7 @@ and a progress series [(t, fraction_done)] where it has one.
 import threading
 import time
 import traceback
+from concurrent.futures import ThreadPoolExecutor
 
 import psycopg
 from psycopg import errors
@@ -168,29 +169,24 @@ class Multistep(Driver):
 
     def _copy(self, total):
         """Run the copy's connections to the end; False if the window ended
-        (or a connection failed) first."""
+        first.  A connection's error stops the others and is raised."""
         parts = warehouse_parts(int(self.params.get("warehouses", 1)),
                                 int(self.params.get("copy_connections", 1)))
         lock = threading.Lock()
         done_rows = [0]
-        errors_ = []
         self._abort = threading.Event()   # a connection failed: the others stop
 
         def copy_part(w_lo, w_hi):
             try:
                 with psycopg.connect(self.conninfo, autocommit=True) as cc:
                     self._copy_part(cc, {"w_lo": w_lo, "w_hi": w_hi}, total, lock, done_rows)
-            except Exception as e:  # noqa: BLE001
-                errors_.append(e)
+            except BaseException:
                 self._abort.set()
+                raise
 
-        threads = [threading.Thread(target=copy_part, args=p, daemon=True) for p in parts]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        if errors_:
-            raise errors_[0]
+        with ThreadPoolExecutor(len(parts)) as pool:
+            for f in [pool.submit(copy_part, *p) for p in parts]:
+                f.result()
         if self.stop_ev.is_set():
             self.notes.append(f"copy stopped at end of window ({done_rows[0] / total:.0%})")
             return False
