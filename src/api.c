@@ -168,7 +168,7 @@ leapfrog_complete(PG_FUNCTION_ARGS)
 	}
 	lf_cache_load();
 	mig = active_migration(name);
-	if (mig && !lf_try_complete(mig))
+	if (mig && !lf_try_complete(mig, NULL))
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("migration \"%s\" still has unmigrated rows", name)));

@@ -134,7 +134,8 @@ extern void lf_shmem_request(void);
 extern void lf_shmem_startup(void);
 extern void lf_register_launcher(void);
 extern void lf_wake_worker_at_commit(void);
-extern bool lf_try_complete(LfMigration *mig);
+extern bool lf_try_complete(LfMigration *mig, List **analyze_later);
+extern void lf_analyze_targets(Oid owner, List *targets);
 extern uint64 lf_remaining(LfMigration *mig, bool read_only);
 
 /* utility.c */

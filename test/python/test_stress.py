@@ -409,6 +409,46 @@ def test_completion_race(make_cluster):
     assert not errors, "errors (first 10 of %d): %r" % (len(errors), errors[:10])
 
 
+def test_background_completion_analyzes(make_cluster):
+    """The worker that completes a migration analyzes its new tables, in a
+    transaction of its own after the one that marks it done: with autovacuum
+    off, both halves of a split get their row count and column statistics
+    shortly after leapfrog.wait() returns."""
+    needs_real_extension()
+    rows = 20_000
+    c = make_cluster(**{"leapfrog.background": "on", "leapfrog.background_delay": 0,
+                        "autovacuum": "off"})
+    c.create_database("app")
+    with c.connect("app") as conn:
+        conn.execute("CREATE TABLE t (id int PRIMARY KEY, a int NOT NULL, b text NOT NULL)")
+        conn.execute("INSERT INTO t SELECT g, g %% 7, 'b' || g FROM generate_series(1, %s) g",
+                     [rows])
+        conn.execute("SELECT leapfrog.start('t_split', %s)",
+                     ["CREATE TABLE ta (id int PRIMARY KEY, a int NOT NULL); "
+                      "CREATE TABLE tb (id int PRIMARY KEY, b text NOT NULL); "
+                      "INSERT INTO ta SELECT id, a FROM t; INSERT INTO tb SELECT id, b FROM t; "
+                      "DROP TABLE t;"])
+        assert conn.execute("SELECT leapfrog.wait('t_split', 60)").fetchone()[0]
+        stats = None
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            stats = conn.execute(
+                "SELECT c.relname, c.reltuples::bigint, "
+                "       (SELECT count(*) FROM pg_stats s "
+                "         WHERE s.schemaname = 'public' AND s.tablename = c.relname) "
+                "  FROM pg_class c WHERE c.oid IN ('ta'::regclass, 'tb'::regclass) "
+                " ORDER BY 1").fetchall()
+            if stats == [("ta", rows, 2), ("tb", rows, 2)]:
+                break
+            time.sleep(0.1)
+        assert stats == [("ta", rows, 2), ("tb", rows, 2)], stats
+        # the statistics are the complete tables': a has 7 values, b one per row
+        assert conn.execute("SELECT n_distinct FROM pg_stats WHERE tablename = 'ta' "
+                            "AND attname = 'a'").fetchone()[0] == 7
+        assert conn.execute("SELECT n_distinct FROM pg_stats WHERE tablename = 'tb' "
+                            "AND attname = 'b'").fetchone()[0] == -1
+
+
 def test_parallel_workers_share_the_migration(make_cluster):
     """leapfrog.background_workers = 3: three workers migrate one table at
     once (seen together in pg_stat_activity), while clients update rows;
