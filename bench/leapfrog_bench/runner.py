@@ -13,6 +13,7 @@ import time
 import psycopg
 
 from . import metrics, plots, report, tpcc
+from .waits import WaitSampler, summarize
 from .cluster import Cluster, default_settings
 from .migrations import MIGRATIONS
 from .strategies import DRIVERS, LAZY, probe_lazy_support
@@ -265,6 +266,8 @@ class Runner:
         pg = PgbenchRun(self.cluster, RUNDB, rundir, p["warehouses"], p["clients"],
                         p["threads"], duration, rate=rate)
         stop = threading.Event()
+        waits = WaitSampler(self.cluster.conninfo())
+        waits.start()
         pg.start()
         t_origin = pg.t_start
         t_m = t_origin + migrate_at
@@ -281,6 +284,7 @@ class Runner:
             pg.kill()
             stop.set()
         drv.join(timeout=3600)
+        waits.stop()
         if drv.is_alive():
             drv.status, drv.error = "failed", "driver still running an hour after the load ended"
         extra = {}
@@ -305,6 +309,10 @@ class Runner:
         res, series, cdf = metrics.compute(txs, t_origin, t_m, t_end, drv.events,
                                            tpcc.NEW_ORDER_SCRIPT_NO)
         pgs = pg.summary()
+        waits.write_csv(os.path.join(rundir, "waits.csv"), t_origin)
+        if res.get("longest_stall_s") is not None:
+            t_a = t_m + (res.get("longest_stall_at_s") or 0.0)
+            res["stall_waits"] = summarize(waits.samples, t_a, t_a + res["longest_stall_s"])
         res.update({
             "status": drv.status, "reason": drv.error, "load": load,
             "rate_tps": rate, "pgbench": pgs, **extra,
@@ -328,6 +336,9 @@ class Runner:
                  f"stall={res['longest_stall_s']} p99={res['p99_ms']}ms "
                  f"failed={res['failed']} retries={res['retries']}/"
                  f"{res.get('schema_retries')}")
+        if (res.get("longest_stall_s") or 0) >= 0.25:
+            for line in res.get("stall_waits") or ["(no sample during the stall)"]:
+                self.log(f"      during the stall: {line}")
         if record:
             rec = (load, mname, strat, series, drv.progress, t_origin, t_m, cdf, drv.events)
             if defer:

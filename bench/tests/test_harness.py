@@ -177,3 +177,21 @@ def test_multistep_copy_parts_cover_every_warehouse_once():
             owners = [sum(lo <= x < hi for lo, hi in parts) for x in range(0, w + 2)]
             assert owners == [1] * (w + 2)
     assert warehouse_parts(10, 2) == [(0, 6), (6, 2**31 - 1)]
+
+
+def test_stall_waits_name_what_the_stall_samples_show():
+    from leapfrog_bench.waits import summarize
+    lock = ("client backend", "Lock", "relation", "SELECT tpcc_payment(1, 10);")
+    trunc = ("autovacuum worker", "IO", "DataFileTruncate", "autovacuum: VACUUM public.district")
+    worker = ("leapfrog worker", "", "", "")
+    samples = [(10.0, [worker]),                      # before the stall: not counted
+               (10.6, [lock, lock, trunc]),           # a process counted once per sample
+               (10.7, [lock, trunc]),
+               (10.8, [trunc, worker]),
+               (11.5, [worker])]                      # after it
+    out = summarize(samples, 10.5, 11.0)
+    assert out == ["3/3 samples: autovacuum worker IO/DataFileTruncate "
+                   "autovacuum: VACUUM public.district",
+                   "2/3 samples: client backend Lock/relation SELECT tpcc_payment(1, 10);",
+                   "1/3 samples: leapfrog worker running"]
+    assert summarize(samples, 20.0, 21.0) == []

@@ -1,0 +1,85 @@
+"""What the server's processes wait for during a run, to explain stalls.
+
+Every 100 ms a thread reads pg_stat_activity, from a connection of its own to
+the maintenance database (so that it never keeps the run's database from
+being dropped), and keeps the client backends that wait on a lock, an LWLock,
+I/O or IPC, and every other backend that is active (autovacuum, Leapfrog's
+workers, a migration's copy...).  The runner writes the samples to waits.csv
+in the run's raw directory and, for the run's longest stall, names what the
+samples taken during it show most often (`stall_waits` in summary.json).
+
+This is how the 0.75-0.85 s stalls of some lazy runs were found to be
+autovacuum truncating district under AccessExclusiveLock (bench/README.md).
+"""
+import collections
+import csv
+import threading
+import time
+
+import psycopg
+
+QUERY = """
+SELECT backend_type, coalesce(wait_event_type, ''), coalesce(wait_event, ''),
+       left(regexp_replace(query, '\\s+', ' ', 'g'), 60)
+  FROM pg_stat_activity
+ WHERE pid <> pg_backend_pid() AND state = 'active'
+   AND (backend_type <> 'client backend'
+        OR wait_event_type IN ('Lock', 'LWLock', 'IO', 'IPC', 'BufferPin', 'Timeout'))
+"""
+
+
+class WaitSampler(threading.Thread):
+    def __init__(self, conninfo, interval=0.1):
+        super().__init__(daemon=True)
+        self.conninfo = conninfo
+        self.interval = interval
+        self.samples = []          # (time, [(backend_type, wait type, wait event, query)])
+        self.errors = 0
+        self._stop_ev = threading.Event()
+
+    def run(self):
+        conn = None
+        while not self._stop_ev.is_set():
+            try:
+                if conn is None:
+                    conn = psycopg.connect(self.conninfo, autocommit=True)
+                rows = conn.execute(QUERY).fetchall()
+                self.samples.append((time.time(), [tuple(r) for r in rows]))
+            except psycopg.Error:
+                self.errors += 1
+                if conn is not None:
+                    conn.close()
+                conn = None
+            self._stop_ev.wait(self.interval)
+        if conn is not None:
+            conn.close()
+
+    def stop(self):
+        self._stop_ev.set()
+        self.join(timeout=10)
+
+    def write_csv(self, path, t0):
+        with open(path, "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["t_s", "backend_type", "wait_event_type", "wait_event", "query"])
+            for t, rows in self.samples:
+                for r in rows:
+                    w.writerow([round(t - t0, 3), *r])
+
+
+def summarize(samples, t_from, t_to, top=4):
+    """The process states seen most often in the samples taken in [t_from,
+    t_to], as "<n>x <backend type> <wait type>/<wait event> <query>" (n: in
+    how many samples, counted once per sample), most frequent first."""
+    seen = collections.Counter()
+    n = 0
+    for t, rows in samples:
+        if t_from <= t <= t_to:
+            n += 1
+            for r in set(rows):
+                seen[r] += 1
+    out = []
+    for (btype, wtype, wevent, query), k in seen.most_common(top):
+        wait = f"{wtype}/{wevent}" if wtype else "running"
+        out.append(f"{k}/{n} samples: {btype} {wait} {query}".rstrip())
+    return out
