@@ -447,8 +447,8 @@ drop_retired(List *relids)
  * statistics, or statistics autovacuum took while they were partly filled
  * in the inputs' physical order (one warehouse only, say); with those the
  * planner can pick an index that matches fewer columns (measured: TPC-C
- * lookups by name scanning a whole district after completion).  Tables
- * dropped or renamed away meanwhile are skipped.
+ * lookups by name scanning a whole district after completion).  A table
+ * dropped meanwhile is skipped; one renamed is analyzed by its new name.
  */
 void
 lf_analyze_targets(Oid owner, List *targets)
