@@ -810,6 +810,22 @@ count_total(LfMigration *mig)
 }
 
 /*
+ * In a PG_CATCH block of a worker's own transaction: the error, copied to
+ * TopMemoryContext, and the transaction aborted.
+ */
+static ErrorData *
+abort_with_error(void)
+{
+	ErrorData  *edata;
+
+	MemoryContextSwitchTo(TopMemoryContext);
+	edata = CopyErrorData();
+	FlushErrorState();
+	AbortCurrentTransaction();
+	return edata;
+}
+
+/*
  * The ANALYZE of a migration this worker has just completed, in a
  * transaction of its own (lf_try_complete).  A failure only leaves the
  * statistics to autovacuum: the migration is done.
@@ -831,10 +847,7 @@ analyze_completed(int migration_id, Oid owner, List *targets)
 	{
 		ErrorData  *edata;
 
-		MemoryContextSwitchTo(TopMemoryContext);
-		edata = CopyErrorData();
-		FlushErrorState();
-		AbortCurrentTransaction();
+		edata = abort_with_error();
 		ereport(LOG,
 				(errmsg("leapfrog: could not analyze the new tables of migration %d: %s",
 						migration_id, edata->message)));
@@ -937,10 +950,7 @@ worker_batch(int migration_id)
 	{
 		ErrorData  *edata;
 
-		MemoryContextSwitchTo(TopMemoryContext);
-		edata = CopyErrorData();
-		FlushErrorState();
-		AbortCurrentTransaction();
+		edata = abort_with_error();
 		list_free(analyze_later);	/* not completed after all */
 		analyze_later = NIL;
 		failed_batch = (edata->sqlerrcode != ERRCODE_T_R_SERIALIZATION_FAILURE &&
@@ -993,10 +1003,7 @@ worker_batch(int migration_id)
 			{
 				ErrorData  *e;
 
-				MemoryContextSwitchTo(TopMemoryContext);
-				e = CopyErrorData();
-				FlushErrorState();
-				AbortCurrentTransaction();
+				e = abort_with_error();
 				bad = true;
 				msg = psprintf("input row (%u,%u) of %s: %s",
 							   ItemPointerGetBlockNumberNoCheck(&tids[i]),
