@@ -602,29 +602,29 @@ progress_add(int migration_id, uint64 n)
  * shared this code; the C claim is about 2% faster for one-row steps.
  * ---------------------------------------------------------------------
  */
-typedef struct RangeStepPlan
+typedef struct StepPlan
 {
 	StepKey		key;
 	List	   *inserts;		/* PlannedStmt per mapping, in TopMemoryContext */
 	List	   *unfiltered;		/* per mapping: true if it copies every row */
 	bool		ready;
-} RangeStepPlan;
+} StepPlan;
 
-static HTAB *range_step_plans = NULL;
+static HTAB *step_plans = NULL;
 
-static RangeStepPlan *
-range_step_plan(LfMigration *mig, Oid input)
+static StepPlan *
+step_plan(LfMigration *mig, Oid input)
 {
 	StepKey		key = {mig->id, input};
-	RangeStepPlan *sp;
+	StepPlan   *sp;
 	bool		found;
 	ListCell   *lc;
 	List	   *inserts = NIL;
 	List	   *unfiltered = NIL;
 	MemoryContext old;
 
-	sp = plan_cache_entry(&range_step_plans, "leapfrog background steps", sizeof(StepKey),
-						  sizeof(RangeStepPlan), &key, &found);
+	sp = plan_cache_entry(&step_plans, "leapfrog migration steps", sizeof(StepKey),
+						  sizeof(StepPlan), &key, &found);
 	if (found && sp->ready)
 		return sp;
 	sp->ready = false;
@@ -798,7 +798,7 @@ claim_tids(Relation rel, Snapshot snap, ItemPointer tids, int ntids, ItemPointer
  * caller has set the error context.
  */
 static void
-copy_claimed(LfMigration *mig, RangeStepPlan *sp, Snapshot snap, ItemPointer tids, int n)
+copy_claimed(LfMigration *mig, StepPlan *sp, Snapshot snap, ItemPointer tids, int n)
 {
 	ParamListInfo params = one_param(tid_array(tids, n), TIDARRAYOID);
 	Oid			save_user;
@@ -837,11 +837,11 @@ lf_migrate_range(LfMigration *mig, Oid input, BlockNumber lo, BlockNumber hi, Lf
 {
 	MigrateContext mc = {mig, input, NULL, 0};
 	ErrorContextCallback errcb;
-	RangeStepPlan *sp;
+	StepPlan   *sp;
 	Relation	rel;
 	Snapshot	snap;
 
-	sp = range_step_plan(mig, input);
+	sp = step_plan(mig, input);
 	rel = table_open(input, RowExclusiveLock);
 	snap = step_snapshot();
 	mc.n = claim_range(rel, snap, lo, hi, &mc.tids, TopMemoryContext);
@@ -875,7 +875,7 @@ lf_migrate_rows(LfMigration *mig, Oid input, ItemPointer tids, int ntids)
 {
 	MigrateContext mc = {mig, input, tids, ntids};
 	ErrorContextCallback errcb;
-	RangeStepPlan *sp;
+	StepPlan   *sp;
 	Relation	rel;
 	Snapshot	snap;
 	ItemPointerData *claimed;
@@ -888,7 +888,7 @@ lf_migrate_rows(LfMigration *mig, Oid input, ItemPointer tids, int ntids)
 	errcb.previous = error_context_stack;
 	error_context_stack = &errcb;
 
-	sp = range_step_plan(mig, input);
+	sp = step_plan(mig, input);
 	rel = table_open(input, RowExclusiveLock);
 	snap = step_snapshot();
 	n = claim_tids(rel, snap, tids, ntids, &claimed);

@@ -642,7 +642,7 @@ shared_cursor(int migration_id, Oid input)
  * each worker's own pass, was a quarter of two workers' time).
  */
 static bool
-claim_range(int migration_id, InputCursor *c, BlockNumber nblocks,
+next_range(int migration_id, InputCursor *c, BlockNumber nblocks,
 			BlockNumber *lo, BlockNumber *hi)
 {
 	LfCursor   *e;
@@ -762,7 +762,7 @@ next_batch(LfMigration *mig, InputCursor *c, LfClaim *claim, bool *pass_done)
 	rel = table_open(c->input, AccessShareLock);
 	nblocks = RelationGetNumberOfBlocks(rel);
 	table_close(rel, AccessShareLock);
-	if (!claim_range(mig->id, c, nblocks, &lo, &hi))
+	if (!next_range(mig->id, c, nblocks, &lo, &hi))
 	{
 		*pass_done = true;
 		return 0;
