@@ -13,6 +13,9 @@ ifneq ($(PGXS),)
 include $(PGXS)
 endif
 
+# Every file includes the shared header (PGXS tracks no header dependencies).
+$(OBJS): src/leapfrog.h
+
 .PHONY: deps demo test bench bench-quick bench-smoke
 deps:
 	./scripts/install-deps.sh
