@@ -22,7 +22,13 @@ CREATE TABLE leapfrog.migration (
     finished_at  timestamptz,
     tuples_total bigint,           -- input rows at start: counted once by the
                                    -- background worker, or at completion
-    error        text              -- why the migration failed
+    error        text,             -- why the migration failed
+    -- The transactions that started and completed the migration.  A
+    -- REPEATABLE READ snapshot that cannot see one of them must not act on
+    -- that state (docs/design.md, "Snapshots older than the switch or the
+    -- completion").
+    start_xid    xid8 NOT NULL DEFAULT pg_catalog.pg_current_xact_id(),
+    done_xid     xid8
 );
 
 -- One row per retired input table.
@@ -46,8 +52,9 @@ CREATE TABLE leapfrog.mapping (
 );
 CREATE INDEX ON leapfrog.mapping (target_relid);
 
--- Insert-only log of migrated input rows: each migration step appends one
--- row, so concurrent sessions never contend on a counter.  No foreign key:
+-- Insert-only log of migrated input rows: each transaction that migrates
+-- rows appends one row per migration when it commits, so concurrent
+-- sessions never contend on a counter.  No foreign key:
 -- its check would lock the migration's row in every migrating transaction.
 -- Completion folds the rows into migration.tuples_total and deletes them.
 CREATE TABLE leapfrog.progress (

@@ -5,6 +5,7 @@
  */
 #include "leapfrog.h"
 
+#include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "fmgr.h"
@@ -17,6 +18,7 @@
 #include "utils/timestamp.h"
 #include "storage/itemptr.h"
 #include "utils/memutils.h"
+#include "utils/snapmgr.h"
 
 PG_FUNCTION_INFO_V1(leapfrog_complete);
 PG_FUNCTION_INFO_V1(leapfrog_wait);
@@ -119,6 +121,12 @@ leapfrog_complete(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
 				 errmsg("must be the owner of migration \"%s\"", name)));
+	/*
+	 * Eagerly, the new tables hold nothing such a snapshot can see; the rows
+	 * this transaction would migrate would be its own, and visible to it.
+	 */
+	if (IsolationUsesXactSnapshot() && !lf_xact_visible(&mig->started, GetTransactionSnapshot()))
+		lf_snapshot_predates(name, "the transaction's snapshot predates its start.");
 	id = mig->id;
 
 	foreach(lc, mig->inputs)

@@ -15,6 +15,13 @@
  * invalidations, so by the time a statement on a new table is planned or
  * executed, this cache has been marked stale and is reloaded.  With no
  * active migration the hooks cost one test of a local variable.
+ *
+ * The cache also keeps the migrations completed so recently that some
+ * snapshot may not see their completion (lf_recent_done): a REPEATABLE
+ * READ transaction whose snapshot predates a completion cannot see every
+ * row the migration moved, and its statements on the new tables must know
+ * (snapshot.c).  They drop out at the next reload after every snapshot sees
+ * the completion, or sooner (lf_completions_visible).
  *-------------------------------------------------------------------------
  */
 #include "leapfrog.h"
@@ -32,11 +39,29 @@
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
 #include "utils/syscache.h"
+#include "utils/xid8.h"
 #include "storage/lmgr.h"
 #include "catalog/pg_class.h"
 
 bool		lf_cache_valid = false;
 List	   *lf_active = NIL;
+List	   *lf_recent_done = NIL;
+
+/* Attribute numbers of the catalog tables (sql/leapfrog--0.1.sql) */
+#define Anum_migration_id			1
+#define Anum_migration_name			2
+#define Anum_migration_owner		3
+#define Anum_migration_state		4
+#define Anum_migration_started_at	6
+#define Anum_migration_start_xid	10
+#define Anum_migration_done_xid		11
+#define Anum_input_migration_id		1
+#define Anum_input_relid			2
+#define Anum_mapping_id				1
+#define Anum_mapping_migration_id	2
+#define Anum_mapping_input_relid	3
+#define Anum_mapping_target_relid	4
+#define Anum_mapping_query			5
 
 static MemoryContext lf_cache_cxt = NULL;
 static Oid	lf_catalog_oid = InvalidOid;
@@ -122,12 +147,12 @@ lf_set_owner_walker(Node *node, void *owner)
 	return expression_tree_walker(node, lf_set_owner_walker, owner);
 }
 
-LfMigration *
-lf_migration_by_id(int id)
+static LfMigration *
+migration_in(List *list, int id)
 {
 	ListCell   *lc;
 
-	foreach(lc, lf_active)
+	foreach(lc, list)
 	{
 		LfMigration *m = lfirst(lc);
 
@@ -135,6 +160,12 @@ lf_migration_by_id(int id)
 			return m;
 	}
 	return NULL;
+}
+
+LfMigration *
+lf_migration_by_id(int id)
+{
+	return migration_in(lf_active, id);
 }
 
 /* Scan one of our catalog tables, calling fn for each visible row. */
@@ -151,50 +182,94 @@ scan_table(Oid relid, Snapshot snap, void (*fn) (HeapTuple, TupleDesc))
 	table_close(rel, AccessShareLock);
 }
 
+/*
+ * A transaction id of the catalog.  One that every snapshot already sees
+ * (or none recorded) needs no test later.
+ */
+static LfXact
+load_xact(HeapTuple tup, int attnum, TupleDesc desc)
+{
+	bool		isnull;
+	Datum		d = heap_getattr(tup, attnum, desc, &isnull);
+	LfXact		x = {InvalidFullTransactionId, true};
+
+	if (!isnull)
+	{
+		x.fxid = DatumGetFullTransactionId(d);
+		x.all_see = GlobalVisCheckRemovableFullXid(NULL, x.fxid);
+	}
+	return x;
+}
+
+/*
+ * Running and failed migrations go to lf_active.  A done one goes to
+ * lf_recent_done for as long as some snapshot may not see its completion
+ * (snapshot.c); once all do, it no longer matters to any statement.
+ */
 static void
 load_migration(HeapTuple tup, TupleDesc desc)
 {
 	bool		isnull;
 	char	   *state;
 	LfMigration *m;
+	LfXact		done = {InvalidFullTransactionId, true};
 
-	state = TextDatumGetCString(heap_getattr(tup, 4, desc, &isnull));
+	state = TextDatumGetCString(heap_getattr(tup, Anum_migration_state, desc, &isnull));
 	if (strcmp(state, "done") == 0)
-		return;
+	{
+		done = load_xact(tup, Anum_migration_done_xid, desc);
+		if (done.all_see)
+			return;
+	}
 	m = palloc0(sizeof(LfMigration));
-	m->id = DatumGetInt32(heap_getattr(tup, 1, desc, &isnull));
-	m->name = TextDatumGetCString(heap_getattr(tup, 2, desc, &isnull));
-	m->owner = DatumGetObjectId(heap_getattr(tup, 3, desc, &isnull));
+	m->id = DatumGetInt32(heap_getattr(tup, Anum_migration_id, desc, &isnull));
+	m->name = TextDatumGetCString(heap_getattr(tup, Anum_migration_name, desc, &isnull));
+	m->owner = DatumGetObjectId(heap_getattr(tup, Anum_migration_owner, desc, &isnull));
 	m->failed = (strcmp(state, "failed") == 0);
-	m->started_at = DatumGetTimestampTz(heap_getattr(tup, 6, desc, &isnull));
-	lf_active = lappend(lf_active, m);
+	m->started_at = DatumGetTimestampTz(heap_getattr(tup, Anum_migration_started_at, desc, &isnull));
+	m->started = load_xact(tup, Anum_migration_start_xid, desc);
+	m->done = done;
+	if (strcmp(state, "done") == 0)
+		lf_recent_done = lappend(lf_recent_done, m);
+	else
+		lf_active = lappend(lf_active, m);
 }
 
 static void
 load_input(HeapTuple tup, TupleDesc desc)
 {
 	bool		isnull;
-	LfMigration *m = lf_migration_by_id(DatumGetInt32(heap_getattr(tup, 1, desc, &isnull)));
+	LfMigration *m = lf_migration_by_id(DatumGetInt32(heap_getattr(tup, Anum_input_migration_id,
+																	desc, &isnull)));
 
 	if (m)
 		m->inputs = lappend_oid(m->inputs,
-								DatumGetObjectId(heap_getattr(tup, 2, desc, &isnull)));
+								DatumGetObjectId(heap_getattr(tup, Anum_input_relid, desc, &isnull)));
 }
 
 static void
 load_mapping(HeapTuple tup, TupleDesc desc)
 {
 	bool		isnull;
-	LfMigration *m = lf_migration_by_id(DatumGetInt32(heap_getattr(tup, 2, desc, &isnull)));
+	int			mig_id = DatumGetInt32(heap_getattr(tup, Anum_mapping_migration_id, desc, &isnull));
+	Oid			target = DatumGetObjectId(heap_getattr(tup, Anum_mapping_target_relid, desc, &isnull));
+	LfMigration *m = lf_migration_by_id(mig_id);
 	LfMapping  *map;
 
 	if (!m)
+	{
+		/* a recently completed migration: only its targets matter */
+		m = migration_in(lf_recent_done, mig_id);
+		if (m)
+			m->targets = list_append_unique_oid(m->targets, target);
 		return;
+	}
+	m->targets = list_append_unique_oid(m->targets, target);
 	map = palloc0(sizeof(LfMapping));
-	map->id = DatumGetInt32(heap_getattr(tup, 1, desc, &isnull));
-	map->input = DatumGetObjectId(heap_getattr(tup, 3, desc, &isnull));
-	map->target = DatumGetObjectId(heap_getattr(tup, 4, desc, &isnull));
-	map->query = stringToNode(TextDatumGetCString(heap_getattr(tup, 5, desc, &isnull)));
+	map->id = DatumGetInt32(heap_getattr(tup, Anum_mapping_id, desc, &isnull));
+	map->input = DatumGetObjectId(heap_getattr(tup, Anum_mapping_input_relid, desc, &isnull));
+	map->target = target;
+	map->query = stringToNode(TextDatumGetCString(heap_getattr(tup, Anum_mapping_query, desc, &isnull)));
 	lf_set_owner_walker((Node *) map->query, &m->owner);
 	map->natts = list_length(map->query->targetList) - 1;
 	m->mappings = lappend(m->mappings, map);
@@ -221,6 +296,7 @@ lf_cache_load(void)
 	lf_cache_cxt = AllocSetContextCreate(CacheMemoryContext, "leapfrog cache",
 										 ALLOCSET_SMALL_SIZES);
 	lf_active = NIL;
+	lf_recent_done = NIL;
 
 	/* An invalidation arriving while we read sets this back to false. */
 	lf_cache_valid = true;
@@ -240,15 +316,15 @@ lf_cache_load(void)
 	{
 		scan_table(lf_catalog_oid, snap, load_migration);
 		if (lf_active != NIL)
-		{
 			scan_table(lf_catalog_table("input"), snap, load_input);
+		if (lf_active != NIL || lf_recent_done != NIL)
 			scan_table(lf_catalog_table("mapping"), snap, load_mapping);
-		}
 	}
 	PG_CATCH();
 	{
 		lf_cache_valid = false;
 		lf_active = NIL;
+		lf_recent_done = NIL;
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
@@ -274,22 +350,20 @@ lf_migration_by_input(Oid input)
 LfMigration *
 lf_migration_by_target(Oid target)
 {
-	ListCell   *lc,
-			   *lc2;
+	ListCell   *lc;
 
 	foreach(lc, lf_active)
 	{
 		LfMigration *m = lfirst(lc);
 
-		foreach(lc2, m->mappings)
-			if (((LfMapping *) lfirst(lc2))->target == target)
-				return m;
+		if (list_member_oid(m->targets, target))
+			return m;
 	}
 	return NULL;
 }
 
-static List *
-mappings_where(Oid relid, bool by_target)
+List *
+lf_mappings_for_target(Oid target)
 {
 	List	   *result = NIL;
 	ListCell   *lc,
@@ -303,23 +377,11 @@ mappings_where(Oid relid, bool by_target)
 		{
 			LfMapping  *map = lfirst(lc2);
 
-			if ((by_target ? map->target : map->input) == relid)
+			if (map->target == target)
 				result = lappend(result, map);
 		}
 	}
 	return result;
-}
-
-List *
-lf_mappings_for_target(Oid target)
-{
-	return mappings_where(target, true);
-}
-
-List *
-lf_mappings_for_input(Oid input)
-{
-	return mappings_where(input, false);
 }
 
 bool

@@ -5,6 +5,7 @@
  * Files and what they own:
  *	leapfrog.c	module load, GUCs, hook installation, shared memory
  *	catalog.c	backend-local cache of active migrations and its invalidation
+ *	snapshot.c	which migration state a statement's snapshot sees
  *	start.c		leapfrog.start(): script analysis and the atomic switch
  *	relevance.c	planner hook: which input rows a statement needs
  *	estimate.c	planner size estimates of new tables while they fill
@@ -26,6 +27,7 @@
 #include "storage/itemptr.h"
 #include "storage/lockdefs.h"
 #include "utils/memutils.h"
+#include "access/transam.h"
 #include "utils/snapshot.h"
 
 #ifndef DatumGetItemPointer
@@ -60,6 +62,13 @@ typedef struct LfMapping
 	Query	   *query;			/* SELECT <natts exprs>, ctid FROM input */
 } LfMapping;
 
+/* The transaction that started or completed a migration (snapshot.c) */
+typedef struct LfXact
+{
+	FullTransactionId fxid;		/* top-level; invalid: older than any snapshot */
+	bool		all_see;		/* every snapshot, now and later, sees it */
+} LfXact;
+
 typedef struct LfMigration
 {
 	int			id;
@@ -67,12 +76,16 @@ typedef struct LfMigration
 	Oid			owner;
 	bool		failed;
 	TimestampTz started_at;
-	List	   *inputs;			/* OIDs of retired tables */
-	List	   *mappings;		/* LfMapping * */
+	LfXact		started;		/* the transaction of start() */
+	LfXact		done;			/* of the completion (lf_recent_done only) */
+	List	   *inputs;			/* OIDs of retired tables (lf_active only) */
+	List	   *mappings;		/* LfMapping * (lf_active only) */
+	List	   *targets;		/* OIDs of new tables */
 } LfMigration;
 
 extern bool lf_cache_valid;
 extern List *lf_active;			/* LfMigration *, running or failed */
+extern List *lf_recent_done;	/* LfMigration *, done, not yet seen by every snapshot */
 extern void lf_cache_init(void);
 extern void lf_cache_load(void);
 static inline bool
@@ -86,7 +99,6 @@ extern LfMigration *lf_migration_by_id(int id);
 extern LfMigration *lf_migration_by_input(Oid input);
 extern LfMigration *lf_migration_by_target(Oid target);
 extern List *lf_mappings_for_target(Oid target);
-extern List *lf_mappings_for_input(Oid input);
 extern bool lf_is_target(Oid relid);
 extern bool lf_is_input(Oid relid);
 extern bool lf_lock_input_if_exists(Oid relid, LOCKMODE mode);
@@ -111,10 +123,33 @@ extern List *lf_plan_items(PlannedStmt *stmt);
 
 /*
  * One relevance plan: returns the ctids of input rows of `input` that the
- * statement may need.  Carried in the custom scan as a List:
- * (Integer input, Integer migration id, PlannedStmt, String description,
- *	Integer standalone: reads nothing but its input).
+ * statement may need.  Built by relevance.c, carried in the custom scan's
+ * custom_private (scan.c) as a List indexed by these positions, read by
+ * migrate.c.
  */
+typedef enum LfItemField
+{
+	LF_ITEM_INPUT,				/* Integer: the retired table */
+	LF_ITEM_MIGRATION,			/* Integer: the migration's id */
+	LF_ITEM_PLAN,				/* PlannedStmt: SELECT ctid FROM <mapping> ... */
+	LF_ITEM_DESC,				/* String: EXPLAIN's "Migrates:" line */
+	LF_ITEM_STANDALONE,			/* Integer: reads nothing but its input */
+	LF_ITEM_CONFLICTS,			/* Integer: rows whose unique keys the statement may
+								 * write (INSERT, UPDATE of a key, MERGE) */
+	LF_ITEM_NFIELDS
+} LfItemField;
+
+#define lf_item_input(item)		((Oid) intVal(list_nth((item), LF_ITEM_INPUT)))
+#define lf_item_migration(item)	intVal(list_nth((item), LF_ITEM_MIGRATION))
+#define lf_item_plan(item)		((PlannedStmt *) list_nth((item), LF_ITEM_PLAN))
+#define lf_item_desc(item)		strVal(list_nth((item), LF_ITEM_DESC))
+#define lf_item_standalone(item) (intVal(list_nth((item), LF_ITEM_STANDALONE)) != 0)
+#define lf_item_conflicts(item)	(intVal(list_nth((item), LF_ITEM_CONFLICTS)) != 0)
+
+/* snapshot.c */
+extern bool lf_xact_visible(LfXact *x, Snapshot snap);
+extern bool lf_completions_visible(PlannedStmt *stmt, Snapshot snap, LfMigration **unseen);
+extern void lf_snapshot_predates(const char *migration, const char *detail) pg_attribute_noreturn();
 
 /* migrate.c */
 extern void lf_install_executor_hook(void);

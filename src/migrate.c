@@ -22,20 +22,19 @@
  *	  migrated row).  If the first aborts, the row is simply there again.
  *	- Rows claimed by a statement stay locked until its transaction ends.
  *
- * Snapshots.  Relevance queries run with snapshot S; if they find rows to
+ * Rounds.  Relevance queries run with snapshot S; if they find rows to
  * migrate, the rows are migrated and the loop repeats with a new S.  When
  * a round finds nothing, every row the statement can need is visible in S,
  * and S becomes the statement's snapshot (relevance queries that read only
- * their input need no confirming round: see standalone() in relevance.c):
- * under READ COMMITTED a fresh one
- * (seeing rows others migrated while we waited), under REPEATABLE READ the
- * transaction snapshot with a newer command id (seeing our own rows).
+ * their input need no confirming round: see standalone() in relevance.c).
+ * Which S, under each isolation level: "The hook" below, and snapshot.c.
  *-------------------------------------------------------------------------
  */
 #include "leapfrog.h"
 
 #include "access/table.h"
 #include "access/tableam.h"
+#include "access/parallel.h"
 #include "access/xact.h"
 #include "access/xlog.h"
 #include "catalog/pg_operator.h"
@@ -907,6 +906,26 @@ lf_migrate_rows(LfMigration *mig, Oid input, ItemPointer tids, int ntids)
 
 /* ---------------------------------------------------------------------
  * The hook
+ *
+ * Snapshots.  Q is the snapshot PostgreSQL gave the statement
+ * (qd->snapshot); snapshot.c says what state of each migration Q sees.
+ *	- READ COMMITTED: every round of relevance queries runs on a new
+ *	  snapshot, and the statement runs on the last one, which sees every
+ *	  row migrated so far, by us or by the transactions we waited for.  Q
+ *	  is replaced also when the plan's migrations are over or Q cannot see
+ *	  a completion: Q can predate the last rows a completed migration moved
+ *	  (it is taken before this hook; a STABLE function's statements run on
+ *	  their caller's).
+ *	- REPEATABLE READ and SERIALIZABLE: the relevance queries run on Q, and
+ *	  once this statement has migrated rows, on Q with the current command
+ *	  id, which the statement then runs on: it sees its own migrated rows
+ *	  and nothing newer.  Not on the transaction snapshot: Q is not always
+ *	  that one.  A foreign-key check runs on the latest snapshot (to see
+ *	  rows committed since), crosschecked against the transaction's; run on
+ *	  the transaction snapshot instead, a parent row could be deleted while
+ *	  a newer child row in a new table still referenced it.  The crosscheck
+ *	  snapshot also gets the current command id: rows migrated here are
+ *	  rows the transaction saw in the inputs.
  * ---------------------------------------------------------------------
  */
 static void
@@ -928,45 +947,162 @@ migrate_set(TidSet *set)
 	PG_END_TRY();
 }
 
+/* Run one relevance plan on snap, adding the ctids it returns to set. */
+static void
+run_relevance(List *item, Snapshot snap, ParamListInfo params, TidSet *set)
+{
+	TidReceiver rcv = {{tid_receive, tid_startup, tid_shutdown, tid_destroy, DestNone}};
+
+	rcv.set = set;
+	(void) run_plan(lf_item_plan(item), "leapfrog relevance", snap, params,
+					(DestReceiver *) &rcv);
+}
+
+/*
+ * The snapshot of a round: under READ COMMITTED a new one; otherwise a copy
+ * of q, with the current command id once the statement has migrated rows.
+ * Registered.
+ */
+static Snapshot
+round_snapshot(Snapshot q, bool xact, bool migrated)
+{
+	Snapshot	snap;
+
+	if (!xact)
+		return RegisterSnapshot(GetTransactionSnapshot());
+	PushCopiedSnapshot(q);
+	if (migrated)
+		UpdateActiveSnapshotCommandId();
+	snap = RegisterSnapshot(GetActiveSnapshot());
+	PopActiveSnapshot();
+	return snap;
+}
+
+/* The statement runs on snap (registered); see "Snapshots" above. */
+static void
+use_snapshot(QueryDesc *qd, Snapshot snap, bool xact, bool migrated)
+{
+	UnregisterSnapshot(qd->snapshot);
+	qd->snapshot = snap;
+	if (xact && migrated && qd->crosscheck_snapshot != InvalidSnapshot)
+	{
+		Snapshot	cross = round_snapshot(qd->crosscheck_snapshot, true, true);
+
+		UnregisterSnapshot(qd->crosscheck_snapshot);
+		qd->crosscheck_snapshot = cross;
+	}
+}
+
+/*
+ * A statement whose REPEATABLE READ snapshot predates a migration writes
+ * unique keys: if an unmigrated row holds one, eager would report a
+ * conflict with a row the snapshot cannot see, which we cannot reproduce
+ * without making the row visible to it (snapshot.c).  A row migrated
+ * already is in the new table, where the statement's own unique check
+ * finds it, as eagerly: so the rows unmigrated now count, read on the
+ * latest snapshot.  items are the statement's conflicting-key relevance
+ * plans of such migrations.
+ */
+static void
+check_keys_before_start(QueryDesc *qd, List *items)
+{
+	ListCell   *lc;
+
+	foreach(lc, items)
+	{
+		List	   *item = lfirst(lc);
+		TidSet		set = {CurrentMemoryContext, lf_item_input(item)};
+		Snapshot	latest = RegisterSnapshot(GetLatestSnapshot());
+
+		run_relevance(item, latest, qd->params, &set);
+		UnregisterSnapshot(latest);
+		if (set.n > 0)
+			lf_snapshot_predates(lf_migration_by_input(set.input)->name,
+								 "the transaction's snapshot predates its start, and the statement "
+								 "writes a unique key that a row not migrated yet holds.");
+	}
+}
+
+/*
+ * A statement whose plan carries no migration work may still read new
+ * tables of a migration completed after its snapshot (snapshot.c).
+ */
+static void
+check_completions(QueryDesc *qd)
+{
+	LfMigration *unseen;
+
+	if (!lf_cache_valid)
+		lf_cache_load();
+	if (lf_recent_done == NIL ||
+		lf_completions_visible(qd->plannedstmt, qd->snapshot, &unseen))
+		return;
+	if (IsolationUsesXactSnapshot())
+		lf_snapshot_predates(unseen->name,
+							 "it completed after the transaction's snapshot was taken, so the "
+							 "snapshot cannot see every row it moved.");
+	use_snapshot(qd, RegisterSnapshot(GetTransactionSnapshot()), false, false);
+}
+
 static void
 prepare_statement(QueryDesc *qd, List *items)
 {
+	bool		xact = IsolationUsesXactSnapshot();
+	Snapshot	q = qd->snapshot;
 	ListCell   *lc;
 	List	   *live = NIL;
+	List	   *keys_before_start = NIL;
+	bool		over = false;
+	bool		migrated = false;
 	int			round;
 	bool		all_standalone = true;
 
 	/* Lock the inputs first: this also makes our cache current. */
 	foreach(lc, items)
-		LockRelationOid((Oid) intVal(linitial((List *) lfirst(lc))), AccessShareLock);
+		LockRelationOid(lf_item_input(lfirst(lc)), AccessShareLock);
 	if (!lf_cache_valid)
 		lf_cache_load();
+
+	/* What state of each migration the statement's snapshot sees */
 	foreach(lc, items)
 	{
 		List	   *item = lfirst(lc);
-		Oid			input = (Oid) intVal(linitial(item));
-		LfMigration *mig = lf_migration_by_input(input);
+		LfMigration *mig = lf_migration_by_input(lf_item_input(item));
 
-		if (mig && mig->id == intVal(lsecond(item)))
+		if (mig == NULL || mig->id != lf_item_migration(item))
+			over = true;		/* completed since the plan was made */
+		else if (xact && !lf_xact_visible(&mig->started, q))
+		{
+			if (lf_item_conflicts(item))
+				keys_before_start = lappend(keys_before_start, item);
+		}
+		else
 		{
 			live = lappend(live, item);
-			all_standalone &= intVal(list_nth(item, 4)) != 0;
+			all_standalone &= lf_item_standalone(item);
 		}
 	}
+	if (over || lf_recent_done != NIL)
+		check_completions(qd);
+	if (keys_before_start != NIL)
+		check_keys_before_start(qd, keys_before_start);
 	if (live == NIL)
+	{
+		if (over && !xact && qd->snapshot == q)
+			use_snapshot(qd, RegisterSnapshot(GetTransactionSnapshot()), false, false);
 		return;
+	}
 
 	for (round = 0;; round++)
 	{
-		Snapshot	snap = RegisterSnapshot(GetTransactionSnapshot());
+		Snapshot	snap = round_snapshot(q, xact, migrated);
 		List	   *sets = NIL;
 		bool		any = false;
 
 		foreach(lc, live)
 		{
 			List	   *item = lfirst(lc);
-			Oid			input = (Oid) intVal(linitial(item));
-			TidReceiver rcv = {{tid_receive, tid_startup, tid_shutdown, tid_destroy, DestNone}};
+			Oid			input = lf_item_input(item);
 			TidSet	   *set = NULL;
 			ListCell   *ls;
 
@@ -980,15 +1116,16 @@ prepare_statement(QueryDesc *qd, List *items)
 				set->input = input;
 				sets = lappend(sets, set);
 			}
-			rcv.set = set;
-			run_plan(lthird(item), "leapfrog relevance", snap, qd->params, (DestReceiver *) &rcv);
+			run_relevance(item, snap, qd->params, set);
 			any |= set->n > 0;
 		}
 		if (!any)
 		{
 			/* Every needed row is visible in snap: run the statement on it. */
-			UnregisterSnapshot(qd->snapshot);
-			qd->snapshot = snap;
+			if (xact && !migrated)
+				UnregisterSnapshot(snap);	/* q itself will do */
+			else
+				use_snapshot(qd, snap, xact, migrated);
 			return;
 		}
 		UnregisterSnapshot(snap);
@@ -1008,6 +1145,7 @@ prepare_statement(QueryDesc *qd, List *items)
 					 errhint("Run the statement in a read-write transaction, or once the migration is done.")));
 		foreach(lc, sets)
 			migrate_set((TidSet *) lfirst(lc));
+		migrated = true;
 		CHECK_FOR_INTERRUPTS();
 
 		/*
@@ -1017,8 +1155,7 @@ prepare_statement(QueryDesc *qd, List *items)
 		 */
 		if (all_standalone)
 		{
-			UnregisterSnapshot(qd->snapshot);
-			qd->snapshot = RegisterSnapshot(GetTransactionSnapshot());
+			use_snapshot(qd, round_snapshot(q, xact, true), xact, true);
 			return;
 		}
 	}
@@ -1027,10 +1164,16 @@ prepare_statement(QueryDesc *qd, List *items)
 static void
 lf_ExecutorStart(QueryDesc *qd, int eflags)
 {
-	List	   *items = lf_plan_items(qd->plannedstmt);
+	/* a parallel worker runs on its leader's snapshot, already prepared */
+	if (!(eflags & EXEC_FLAG_EXPLAIN_ONLY) && !IsParallelWorker())
+	{
+		List	   *items = lf_plan_items(qd->plannedstmt);
 
-	if (items != NIL && !(eflags & EXEC_FLAG_EXPLAIN_ONLY))
-		prepare_statement(qd, items);
+		if (items != NIL)
+			prepare_statement(qd, items);
+		else if (!lf_cache_valid || lf_recent_done != NIL)
+			check_completions(qd);
+	}
 	if (prev_ExecutorStart)
 		prev_ExecutorStart(qd, eflags);
 	else

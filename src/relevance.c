@@ -57,6 +57,7 @@ typedef struct RelCtx
 	List	   *queries;		/* relevance Query per item */
 	List	   *inputs;			/* input OID per item */
 	List	   *descs;			/* description per item */
+	List	   *conflicts;		/* per item: finds rows whose keys may conflict */
 } RelCtx;
 
 static void collect_level(Query *level, RelCtx *cx);
@@ -232,13 +233,15 @@ make_select(Query *q, Var *ctid)
 }
 
 static void
-add_item(RelCtx *cx, Query *q, Oid input, const char *target, const char *how)
+add_item(RelCtx *cx, Query *q, Oid input, const char *target, const char *how,
+		 bool conflicts)
 {
 	/* normally locked already by lf_planner; gone means completed */
 	if (!lf_lock_input_if_exists(input, AccessShareLock))
 		return;
 	cx->queries = lappend(cx->queries, q);
 	cx->inputs = lappend_oid(cx->inputs, input);
+	cx->conflicts = lappend_int(cx->conflicts, conflicts);
 	cx->descs = lappend(cx->descs,
 						psprintf("%s from %s (%s)", target,
 								 quote_qualified_identifier(get_namespace_name(get_rel_namespace(input)),
@@ -263,8 +266,12 @@ single_table_query(LfMapping *m, RangeTblEntry *orig, Node *quals)
 	return q;
 }
 
+/*
+ * Every unmigrated row of target.  conflicts: the statement may write
+ * target's unique keys (the fallback of key_relevance).
+ */
 static void
-whole_table(RelCtx *cx, Oid target, RangeTblEntry *orig)
+whole_table(RelCtx *cx, Oid target, RangeTblEntry *orig, bool conflicts)
 {
 	ListCell   *lc;
 	RangeTblEntry *dummy = NULL;
@@ -294,7 +301,7 @@ whole_table(RelCtx *cx, Oid target, RangeTblEntry *orig)
 		LfMapping  *m = lfirst(lc);
 
 		add_item(cx, single_table_query(m, orig, NULL), m->input,
-				 get_rel_name(target), "whole table");
+				 get_rel_name(target), "whole table", conflicts);
 	}
 }
 
@@ -449,7 +456,7 @@ local_relevance(Query *level, int o, RelCtx *cx, const char *target)
 
 		add_item(cx, single_table_query(m, orig,
 										kept ? (Node *) make_ands_explicit(copyObject(kept)) : NULL),
-				 m->input, target, kept ? "own filter" : "whole table");
+				 m->input, target, kept ? "own filter" : "whole table", false);
 	}
 }
 
@@ -544,7 +551,7 @@ statement_relevance(Query *level, int o, List *occ, RelCtx *cx)
 		ListCell   *lc2;
 
 		forboth(lc, built, lc2, built_inputs)
-			add_item(cx, lfirst(lc), lfirst_oid(lc2), target, "statement");
+			add_item(cx, lfirst(lc), lfirst_oid(lc2), target, "statement", false);
 	}
 }
 
@@ -654,7 +661,7 @@ key_relevance(Query *level, int r, RelCtx *cx)
 
 	if (unknown || level->hasModifyingCTE)
 	{
-		whole_table(cx, orig->relid, orig);
+		whole_table(cx, orig->relid, orig, true);
 		return;
 	}
 	if (disjuncts == NIL)
@@ -679,10 +686,10 @@ key_relevance(Query *level, int r, RelCtx *cx)
 			: copyObject(keys);
 		if (contain_volatile_functions((Node *) q))
 		{
-			whole_table(cx, orig->relid, orig);
+			whole_table(cx, orig->relid, orig, true);
 			return;
 		}
-		add_item(cx, q, m->input, get_rel_name(orig->relid), "conflicting keys");
+		add_item(cx, q, m->input, get_rel_name(orig->relid), "conflicting keys", true);
 	}
 }
 
@@ -734,7 +741,7 @@ collect_level(Query *level, RelCtx *cx)
 			/* other entries of an INSERT level (EXCLUDED) are not read */
 		}
 		else if (level->commandType == CMD_MERGE)
-			whole_table(cx, rte->relid, rte);
+			whole_table(cx, rte->relid, rte, true);
 		else
 		{
 			bool		correlated = has_outer_or_bad_refs((Node *) level, 0);
@@ -926,7 +933,8 @@ lf_planner(Query *parse, const char *query_string, int cursorOptions,
 	List	   *items = NIL;
 	ListCell   *lq,
 			   *li,
-			   *ld;
+			   *ld,
+			   *lk;
 
 	if (!lf_any_active())
 		return prev_planner ? prev_planner(parse, query_string, cursorOptions, boundParams)
@@ -983,19 +991,20 @@ lf_planner(Query *parse, const char *query_string, int cursorOptions,
 
 	if (copy)
 		collect_level(copy, &cx);
+	/* targets met only in the flattened range table: inlined SQL functions, read only */
 	foreach(lc, targets)
 		if (!list_member_oid(cx.found, lfirst_oid(lc)))
-			whole_table(&cx, lfirst_oid(lc), NULL);
+			whole_table(&cx, lfirst_oid(lc), NULL, false);
 	if (list_length(cx.queries) > MAX_ITEMS)
 	{
 		RelCtx		all = {0};
 
 		foreach(lc, targets)
-			whole_table(&all, lfirst_oid(lc), NULL);
+			whole_table(&all, lfirst_oid(lc), NULL, true);
 		cx = all;
 	}
 
-	forthree(lq, cx.queries, li, cx.inputs, ld, cx.descs)
+	forfour(lq, cx.queries, li, cx.inputs, ld, cx.descs, lk, cx.conflicts)
 	{
 		Query	   *q = lfirst(lq);
 		PlannedStmt *rs;
@@ -1009,9 +1018,13 @@ lf_planner(Query *parse, const char *query_string, int cursorOptions,
 		rs = standard_planner(q, "leapfrog relevance", 0, boundParams);
 		stmt->relationOids = list_concat_unique_oid(stmt->relationOids, rs->relationOids);
 		stmt->invalItems = list_concat(stmt->invalItems, rs->invalItems);
+		/* in the order of LfItemField */
 		item = list_make4(makeInteger((int) lfirst_oid(li)), makeInteger(mig->id), rs,
 						  makeString(lfirst(ld)));
-		items = lappend(items, lappend(item, makeInteger(alone)));
+		item = lappend(item, makeInteger(alone));
+		item = lappend(item, makeInteger(lfirst_int(lk)));
+		Assert(list_length(item) == LF_ITEM_NFIELDS);
+		items = lappend(items, item);
 	}
 	return items ? lf_wrap_plan(stmt, items) : stmt;
 }

@@ -147,6 +147,6 @@ lf_explain(CustomScanState *node, List *ancestors, ExplainState *es)
 	ListCell   *lc;
 
 	foreach(lc, items)
-		descs = lappend(descs, strVal(lfourth((List *) lfirst(lc))));
+		descs = lappend(descs, lf_item_desc((List *) lfirst(lc)));
 	ExplainPropertyList("Migrates", descs, es);
 }

@@ -737,7 +737,8 @@ switch_attempt(void *arg)
 		Datum		dvalues[1] = {Int32GetDatum(st->migration_id)};
 
 		lf_spi_exec_as_catalog_owner("UPDATE leapfrog.migration SET state = 'done', "
-								  "finished_at = pg_catalog.clock_timestamp(), tuples_total = 0 "
+								  "finished_at = pg_catalog.clock_timestamp(), tuples_total = 0, "
+								  "done_xid = pg_catalog.pg_current_xact_id() "
 								  "WHERE id OPERATOR(pg_catalog.=) $1", 1, dtypes, dvalues, SPI_OK_UPDATE);
 	}
 	SPI_finish();

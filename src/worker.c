@@ -69,6 +69,7 @@
 #include "storage/shmem.h"
 #include "tcop/tcopprot.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
@@ -513,6 +514,7 @@ lf_try_complete(LfMigration *mig, List **analyze_later)
 	}
 	lf_spi_exec_as_catalog_owner("UPDATE leapfrog.migration SET state = 'done', error = NULL, "
 								 "finished_at = pg_catalog.clock_timestamp(), "
+								 "done_xid = pg_catalog.pg_current_xact_id(), "
 								 "tuples_total = (SELECT COALESCE(pg_catalog.sum(n), 0) "
 								 "FROM leapfrog.progress WHERE migration_id OPERATOR(pg_catalog.=) $1) "
 								 "OPERATOR(pg_catalog.+) $2 "
@@ -1111,6 +1113,13 @@ lf_worker_main(Datum arg)
 	pqsignal(SIGTERM, die);
 	BackgroundWorkerUnblockSignals();
 	BackgroundWorkerInitializeConnectionByOid(dboid, InvalidOid, 0);
+	/*
+	 * Each batch is a transaction of its own, which must be able to write
+	 * and has no use for a transaction snapshot, whatever the server's
+	 * defaults say.
+	 */
+	SetConfigOption("default_transaction_isolation", "read committed", PGC_SUSET, PGC_S_OVERRIDE);
+	SetConfigOption("default_transaction_read_only", "off", PGC_SUSET, PGC_S_OVERRIDE);
 
 	memcpy(&my_worker_number, MyBgworkerEntry->bgw_extra, sizeof(my_worker_number));
 	my_worker_count = Max(lf_background_workers, my_worker_number + 1);
