@@ -16,7 +16,7 @@ endif
 # Every file includes the shared header (PGXS tracks no header dependencies).
 $(OBJS): src/leapfrog.h
 
-.PHONY: deps demo test bench bench-quick bench-smoke
+.PHONY: deps demo test soak bench bench-quick bench-smoke
 deps:
 	./scripts/install-deps.sh
 
@@ -35,3 +35,16 @@ bench-quick: deps
 
 bench: deps
 	.venv/bin/python bench/run.py --profile full
+
+# Not part of `make test`: the background and snapshot differential tests
+# over many seeds, each run SOAK_REPEAT times (timing decides what the
+# worker has migrated when, so a run can differ from the last).  A flaky
+# failure here is a wrong answer: replay its seed with LEAPFROG_DIFF_SEEDS.
+SOAK_BACKGROUND ?= 2000
+SOAK_SNAPSHOTS ?= 1000
+SOAK_REPEAT ?= 1
+soak: deps
+	LEAPFROG_SUITES=python \
+	LEAPFROG_PYTEST_ARGS="test/python/test_differential.py::test_differential_background test/python/test_differential.py::test_differential_snapshots" \
+	LEAPFROG_DIFF_BACKGROUND_COUNT=$(SOAK_BACKGROUND) LEAPFROG_DIFF_SNAPSHOT_COUNT=$(SOAK_SNAPSHOTS) \
+	LEAPFROG_DIFF_REPEAT=$(SOAK_REPEAT) ./scripts/test.sh

@@ -13,7 +13,9 @@
 # postgres OS user on a copy of the tree in a scratch directory under /tmp
 # (the checkout may be owned by root or unreadable to postgres).
 # LEAPFROG_KEEP_TMP=1 keeps the scratch directory; LEAPFROG_SUITES limits the
-# suites run (for example LEAPFROG_SUITES="regress isolation").
+# suites run (for example LEAPFROG_SUITES="regress isolation");
+# LEAPFROG_PYTEST_ARGS replaces the Python suite's test paths (make soak).
+# The tests' own knobs (LEAPFROG_DIFF_*, LEAPFROG_STRESS_*, ...) pass through.
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -154,12 +156,14 @@ tap)
     ;;
 python)
     [ -d "$R/python" ] || continue
-    echo "== pytest: test/python bench/tests"
+    echo "== pytest: ${LEAPFROG_PYTEST_ARGS:-test/python bench/tests}"
     if [ ! -x "$PY" ]; then
         echo "no .venv: run ./scripts/install-deps.sh"
         TOTAL_FAIL=$((TOTAL_FAIL + 1)); FAILED_SUITES+=(python); continue
     fi
-    (cd "$R/.." && as_runner "$PY" -m pytest -q -p no:cacheprovider test/python bench/tests) 2>&1 | tee "$WORK/python.log"
+    # LEAPFROG_PYTEST_ARGS: other tests or options (make soak), word-split.
+    (cd "$R/.." && as_runner "$PY" -m pytest -q -p no:cacheprovider \
+        ${LEAPFROG_PYTEST_ARGS:-test/python bench/tests}) 2>&1 | tee "$WORK/python.log"
     rc=${PIPESTATUS[0]}
     last=$(grep -E '[0-9]+ (passed|failed|error)' "$WORK/python.log" | tail -n 1)
     ok=$(echo "$last" | grep -oE '[0-9]+ passed' | grep -oE '[0-9]+' || true)

@@ -11,9 +11,12 @@ final tables after leapfrog.complete().
 
 Replay one seed:      LEAPFROG_DIFF_SEEDS=17 pytest test/python/test_differential.py
 More seeds:           LEAPFROG_DIFF_COUNT=500 LEAPFROG_DIFF_BASE=1000 pytest ...
+Soak (make soak):     LEAPFROG_DIFF_BACKGROUND_COUNT=2000 LEAPFROG_DIFF_SNAPSHOT_COUNT=1000
+                      LEAPFROG_DIFF_REPEAT=3 pytest ... -k "background or snapshots"
 """
 
 import datetime as dt
+import itertools
 import os
 import random
 import re
@@ -35,6 +38,26 @@ def _seeds():
     base = int(os.environ.get("LEAPFROG_DIFF_BASE", "0"))
     count = int(os.environ.get("LEAPFROG_DIFF_COUNT", "40"))
     return list(range(base, base + count))
+
+
+def _variant_seeds(offset, env, default_share):
+    """Seeds of a variant (snapshots: 10000 on, background: 20000 on): the
+    first default_share of _seeds(), or LEAPFROG_DIFF_<env> of them."""
+    if os.environ.get("LEAPFROG_DIFF_SEEDS"):
+        return _seeds()
+    base = int(os.environ.get("LEAPFROG_DIFF_BASE", "0"))
+    count = os.environ.get("LEAPFROG_DIFF_" + env)
+    count = int(count) if count else max(1, int(len(_seeds()) * default_share))
+    return [offset + base + k for k in range(count)]
+
+
+def _repeated(seeds):
+    """Each seed LEAPFROG_DIFF_REPEAT times (a soak replays timing-dependent
+    cases: the background worker's progress differs from run to run)."""
+    n = int(os.environ.get("LEAPFROG_DIFF_REPEAT", "1"))
+    if n <= 1:
+        return seeds
+    return [pytest.param(s, id="%d-run%d" % (s, r)) for s in seeds for r in range(n)]
 
 
 # ---------------------------------------------------------------------------
@@ -435,6 +458,11 @@ def _ctas(name, cols, src, where):
 # ---------------------------------------------------------------------------
 # Workload
 
+# A workload statement that completes the migration in the lazy run
+# (leapfrog.complete) and does nothing in the eager one.
+COMPLETE = "-- leapfrog.complete()"
+
+
 class Stmt:
     def __init__(self, text, params=None, ordered=False, prepare=None, inline=False,
                  session=0):
@@ -592,6 +620,19 @@ def gen_snapshot_workload(rng, case):
         for _ in range(rng.randint(0, 2)):
             out.append(gen_stmt(rng, rng.choice(case.tables), case.tables, some_id, id_range,
                                 id_pool))
+    # Drawn apart, so that the cases above stay what they were for a seed.
+    extra = random.Random("snapshot-extras-%d" % case.seed)
+    if extra.random() < 0.4:
+        # The first episode's snapshot is taken before start() commits
+        # (_run_case runs these two statements first).
+        case.prestart = out[:2]
+        out = out[2:]
+    if extra.random() < 0.35:
+        # The migration completes (lazy side only) while session 1 may hold
+        # a snapshot that cannot see it.
+        spots = [i for i, st in enumerate(out) if st.session == 0]
+        if spots:
+            out.insert(extra.choice(spots) + 1, Stmt(COMPLETE))
     return out
 
 
@@ -857,11 +898,14 @@ def describe(case, upto=None):
             "source %s(id int%s, %s), %d rows%s\n--- script ---\n%s\n--- workload ---\n%s"
             % (case.seed, case.kind, " snapshots" if case.snapshots else "", case.seed,
                __file__ + ("::test_differential_snapshots" if case.snapshots
+                           else "::test_differential_background"
+                           if getattr(case, "background", False)
                            else "::test_differential"), case.src,
                " PRIMARY KEY" if case.src_pk else "",
                ", ".join("%s %s" % c for c in case.src_cols), len(case.rows),
                "".join("\nthen: " + c for c in case.churn), case.script,
-               "\n".join("%3d %r" % (i, s) for i, s in enumerate(wl))))
+               "".join("before start: %r\n" % s for s in getattr(case, "prestart", []))
+               + "\n".join("%3d %r" % (i, s) for i, s in enumerate(wl))))
 
 
 @pytest.fixture(scope="module")
@@ -885,8 +929,13 @@ def _session(cluster, db, schema):
 EAGER_DB, LAZY_DB = "eager", "lazy"
 
 
+_RUNS = itertools.count(1)
+
+
 def run_case(cluster, case):
     cluster.wait_ready(60)     # a previous case may have crashed the server
+    # Migration names stay in the catalog: a case run again needs a new one.
+    case.name = "mig_%d_%d" % (case.seed, next(_RUNS))
     log_pos = len(cluster.log_text())
     schema = "s%d" % case.seed
     ok = False
@@ -981,12 +1030,26 @@ def minimize(cluster, case, budget=250, seconds=150):
     return case, sig
 
 
-SERIALIZATION_FAILURES = []   # (seed, statement) where the lazy run gave 40001
+SERIALIZATION_FAILURES = []   # (variant, seed, statement, run) where only the lazy run gave 40001
+CASES_RUN = {}                # variant -> cases that ran to the end
+
+
+def _variant(case):
+    return ("snapshots" if case.snapshots else
+            "background" if getattr(case, "background", False) else "plain")
 
 
 def _run_case(a, b, case, a2=None, b2=None):
     load_source(a, case)
     load_source(b, case)
+    iso = {0: "", 1: ""}            # the session's explicit transaction, if any
+    for st in getattr(case, "prestart", []):
+        # Session 1 takes its snapshot before the script runs (or start()).
+        assert st.session == 1, st
+        for conn in (a2, b2):
+            conn.execute(st.text)
+        if st.text.startswith("BEGIN"):
+            iso[1] = st.text
     # Eager oracle: the script as plain SQL in one transaction.
     with a.transaction():
         a.execute(case.script)
@@ -999,10 +1062,12 @@ def _run_case(a, b, case, a2=None, b2=None):
         "tables after start differ: %r vs %r\n%s" % (public_tables(a), public_tables(b),
                                                      describe(case))
     conns = {0: (a, b), 1: (a2, b2)}
-    iso = {0: "", 1: ""}            # the session's explicit transaction, if any
     diverged = {0: False, 1: False}  # a (permitted) 40001 in the lazy run only
     for i, st in enumerate(case.workload):
         ea, lz = conns[st.session]
+        if st.text == COMPLETE:
+            lz.execute("SELECT leapfrog.complete(%s)", [case.name])
+            continue
         ends_tx = st.text in ("COMMIT", "ROLLBACK")
         if st.text.startswith("BEGIN"):
             iso[st.session] = st.text
@@ -1021,7 +1086,7 @@ def _run_case(a, b, case, a2=None, b2=None):
         if ra != rb:
             if (rb == ("error", "40001") and not ends_tx
                     and ("REPEATABLE" in iso[st.session] or "SERIALIZABLE" in iso[st.session])):
-                SERIALIZATION_FAILURES.append((case.seed, i))
+                SERIALIZATION_FAILURES.append((_variant(case), case.seed, i, case.name))
                 diverged[st.session] = True
                 continue
             raise AssertionError(
@@ -1057,6 +1122,7 @@ def _run_case(a, b, case, a2=None, b2=None):
         time.sleep(0.2)
     assert left == [], "leapfrog_retired not empty 15s after complete: %r\n%s" % (
         left, describe(case))
+    CASES_RUN[_variant(case)] = CASES_RUN.get(_variant(case), 0) + 1
 
 
 def _short(x, n=1500):
@@ -1065,9 +1131,7 @@ def _short(x, n=1500):
 
 
 def _snapshot_seeds():
-    if os.environ.get("LEAPFROG_DIFF_SEEDS"):
-        return _seeds()
-    return [s + 10_000 for s in _seeds()[: max(1, len(_seeds()) // 2)]]
+    return _repeated(_variant_seeds(10_000, "SNAPSHOT_COUNT", 1 / 2))
 
 
 @pytest.fixture(scope="module")
@@ -1079,9 +1143,7 @@ def diff_cluster_bg(module_cluster_factory):
 
 
 def _background_seeds():
-    if os.environ.get("LEAPFROG_DIFF_SEEDS"):
-        return _seeds()
-    return [s + 20_000 for s in _seeds()[: max(1, len(_seeds()) // 4)]]
+    return _repeated(_variant_seeds(20_000, "BACKGROUND_COUNT", 1 / 4))
 
 
 @pytest.mark.parametrize("seed", _background_seeds())
@@ -1113,7 +1175,7 @@ def test_differential_snapshots(diff_cluster, seed):
             reduced = str(e2)
         raise AssertionError("%s\n\n=== minimized (%s) ===\n%s" % (e, sig, reduced)) from None
     print("seed %d: lazy-only 40001 at statements %r" % (
-        seed, [i for s_, i in SERIALIZATION_FAILURES if s_ == seed]))
+        seed, [i for _, s_, i, _ in SERIALIZATION_FAILURES if s_ == seed]))
 
 
 @pytest.mark.parametrize("seed", _seeds())
