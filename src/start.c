@@ -104,7 +104,7 @@ lf_with_lock_retries(void (*fn) (void *), void *arg, const char *what)
 
 	for (attempt = 1;; attempt++)
 	{
-		ErrorData  *edata;
+		ErrorData  *volatile edata = NULL;
 		long		sleep_ms;
 
 		BeginInternalSubTransaction(NULL);
@@ -122,13 +122,20 @@ lf_with_lock_retries(void (*fn) (void *), void *arg, const char *what)
 			ReleaseCurrentSubTransaction();
 			MemoryContextSwitchTo(cxt);
 			CurrentResourceOwner = owner;
-			return;
 		}
 		PG_CATCH();
 		{
 			edata = abort_subxact(cxt, owner);
 		}
 		PG_END_TRY();
+
+		/*
+		 * Done.  Not by a return inside PG_TRY: that leaves the error stack
+		 * pointing at this dead frame, and the next error of the caller (a
+		 * PL/pgSQL block after start()) jumped into it and crashed.
+		 */
+		if (edata == NULL)
+			return;
 
 		if (edata->sqlerrcode != ERRCODE_LOCK_NOT_AVAILABLE)
 			ReThrowError(edata);

@@ -204,6 +204,21 @@ SELECT to_regclass('er.other') = :other_oid AS other_in_place, to_regclass('er.o
 ALTER TABLE src ADD COLUMN x int;
 SELECT count(*), count(x) FROM src;
 SELECT name, state FROM leapfrog.migrations WHERE name LIKE 'er\_%' ORDER BY name;
+-- An error after start() in the same PL/pgSQL block is an ordinary error
+-- (start() used to leave the error stack pointing into its own finished
+-- frame, and this crashed the server), and takes the migration with it.
+CREATE TABLE crash (id int PRIMARY KEY);
+DO $$
+BEGIN
+    PERFORM leapfrog.start('er_after', $s$
+        CREATE TABLE crash2 (id bigint PRIMARY KEY);
+        INSERT INTO crash2 SELECT id FROM crash;
+        DROP TABLE crash;
+    $s$);
+    PERFORM 1 / 0;
+END $$;
+SELECT count(*) AS started FROM leapfrog.migrations WHERE name = 'er_after';
+SELECT to_regclass('er.crash') IS NOT NULL AS crash_in_place;
 
 RESET search_path;
 DROP SCHEMA er CASCADE;
