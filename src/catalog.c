@@ -42,6 +42,8 @@
 #include "utils/xid8.h"
 #include "storage/lmgr.h"
 #include "catalog/pg_class.h"
+#include "catalog/pg_constraint.h"
+#include "utils/fmgroids.h"
 
 bool		lf_cache_valid = false;
 List	   *lf_active = NIL;
@@ -275,11 +277,51 @@ load_mapping(HeapTuple tup, TupleDesc desc)
 	m->mappings = lappend(m->mappings, map);
 }
 
+/*
+ * The foreign keys of m's new tables.  They cannot change while the
+ * migration runs (DDL on its tables is refused, utility.c); one that goes
+ * with a dropped parent leaves an entry that matches nothing.
+ */
+static void
+load_fkeys(LfMigration *m, Snapshot snap)
+{
+	Relation	conrel = table_open(ConstraintRelationId, AccessShareLock);
+	ListCell   *lc;
+
+	foreach(lc, m->targets)
+	{
+		ScanKeyData key;
+		SysScanDesc scan;
+		HeapTuple	tup;
+
+		ScanKeyInit(&key, Anum_pg_constraint_conrelid, BTEqualStrategyNumber, F_OIDEQ,
+					ObjectIdGetDatum(lfirst_oid(lc)));
+		scan = systable_beginscan(conrel, ConstraintRelidTypidNameIndexId, true, snap, 1, &key);
+		while (HeapTupleIsValid(tup = systable_getnext(scan)))
+		{
+			Form_pg_constraint con = (Form_pg_constraint) GETSTRUCT(tup);
+			LfForeignKey *fk;
+
+			if (con->contype != CONSTRAINT_FOREIGN)
+				continue;
+			fk = palloc0(sizeof(LfForeignKey));
+			fk->child = lfirst_oid(lc);
+			fk->parent = con->confrelid;
+			DeconstructFkConstraintRow(tup, &fk->nkeys, fk->child_keys, fk->parent_keys,
+									   fk->eqops, NULL, NULL, NULL, NULL);
+			m->fkeys = lappend(m->fkeys, fk);
+		}
+		systable_endscan(scan);
+	}
+	table_close(conrel, AccessShareLock);
+}
+
 void
 lf_cache_load(void)
 {
 	MemoryContext old;
 	Snapshot	snap;
+	ListCell   *lc;
 
 	/*
 	 * Callers may hold pointers into the previous cache for the rest of
@@ -319,6 +361,8 @@ lf_cache_load(void)
 			scan_table(lf_catalog_table("input"), snap, load_input);
 		if (lf_active != NIL || lf_recent_done != NIL)
 			scan_table(lf_catalog_table("mapping"), snap, load_mapping);
+		foreach(lc, lf_active)
+			load_fkeys(lfirst(lc), snap);
 	}
 	PG_CATCH();
 	{
@@ -388,6 +432,21 @@ bool
 lf_is_target(Oid relid)
 {
 	return lf_migration_by_target(relid) != NULL;
+}
+
+/* The foreign keys of new tables that reference parent. */
+List *
+lf_fkeys_referencing(Oid parent)
+{
+	List	   *result = NIL;
+	ListCell   *lc,
+			   *lc2;
+
+	foreach(lc, lf_active)
+		foreach(lc2, ((LfMigration *) lfirst(lc))->fkeys)
+			if (((LfForeignKey *) lfirst(lc2))->parent == parent)
+				result = lappend(result, lfirst(lc2));
+	return result;
 }
 
 /*

@@ -62,6 +62,21 @@ typedef struct LfMapping
 	Query	   *query;			/* SELECT <natts exprs>, ctid FROM input */
 } LfMapping;
 
+/*
+ * A foreign key of a new table: a statement that deletes or updates rows of
+ * the parent first migrates the rows of the child that reference them
+ * (relevance.c), so that the key's action or check sees them, as eagerly.
+ */
+typedef struct LfForeignKey
+{
+	Oid			child;			/* a new table of the migration */
+	Oid			parent;			/* the table it references */
+	int			nkeys;
+	AttrNumber	child_keys[INDEX_MAX_KEYS];
+	AttrNumber	parent_keys[INDEX_MAX_KEYS];
+	Oid			eqops[INDEX_MAX_KEYS];	/* parent key = child key */
+} LfForeignKey;
+
 /* The transaction that started or completed a migration (snapshot.c) */
 typedef struct LfXact
 {
@@ -81,6 +96,7 @@ typedef struct LfMigration
 	List	   *inputs;			/* OIDs of retired tables (lf_active only) */
 	List	   *mappings;		/* LfMapping * (lf_active only) */
 	List	   *targets;		/* OIDs of new tables */
+	List	   *fkeys;			/* LfForeignKey * of the targets (lf_active only) */
 } LfMigration;
 
 extern bool lf_cache_valid;
@@ -100,6 +116,7 @@ extern LfMigration *lf_migration_by_input(Oid input);
 extern LfMigration *lf_migration_by_target(Oid target);
 extern List *lf_mappings_for_target(Oid target);
 extern bool lf_is_target(Oid relid);
+extern List *lf_fkeys_referencing(Oid parent);
 extern bool lf_is_input(Oid relid);
 extern bool lf_lock_input_if_exists(Oid relid, LOCKMODE mode);
 extern Oid	lf_catalog_relid(void);
@@ -134,17 +151,26 @@ typedef enum LfItemField
 	LF_ITEM_PLAN,				/* PlannedStmt: SELECT ctid FROM <mapping> ... */
 	LF_ITEM_DESC,				/* String: EXPLAIN's "Migrates:" line */
 	LF_ITEM_STANDALONE,			/* Integer: reads nothing but its input */
-	LF_ITEM_CONFLICTS,			/* Integer: rows whose unique keys the statement may
-								 * write (INSERT, UPDATE of a key, MERGE) */
+	LF_ITEM_KIND,				/* Integer: LfItemKind */
 	LF_ITEM_NFIELDS
 } LfItemField;
+
+/* Which input rows a relevance plan finds */
+typedef enum LfItemKind
+{
+	LF_NEEDS_ROWS,				/* rows the statement reads or writes */
+	LF_NEEDS_KEYS,				/* rows whose unique keys it may write (INSERT,
+								 * UPDATE of a key, MERGE) */
+	LF_NEEDS_REFERENCING		/* rows that reference, by a foreign key, rows it
+								 * deletes or updates */
+} LfItemKind;
 
 #define lf_item_input(item)		((Oid) intVal(list_nth((item), LF_ITEM_INPUT)))
 #define lf_item_migration(item)	intVal(list_nth((item), LF_ITEM_MIGRATION))
 #define lf_item_plan(item)		((PlannedStmt *) list_nth((item), LF_ITEM_PLAN))
 #define lf_item_desc(item)		strVal(list_nth((item), LF_ITEM_DESC))
 #define lf_item_standalone(item) (intVal(list_nth((item), LF_ITEM_STANDALONE)) != 0)
-#define lf_item_conflicts(item)	(intVal(list_nth((item), LF_ITEM_CONFLICTS)) != 0)
+#define lf_item_kind(item)		((LfItemKind) intVal(list_nth((item), LF_ITEM_KIND)))
 
 /* snapshot.c */
 extern bool lf_xact_visible(LfXact *x, Snapshot snap);

@@ -994,17 +994,35 @@ use_snapshot(QueryDesc *qd, Snapshot snap, bool xact, bool migrated)
 }
 
 /*
+ * The snapshot of relevance plans that look for rows by key (conflicting
+ * unique keys, rows referencing the rows a statement changes), under
+ * REPEATABLE READ and SERIALIZABLE: the latest one.  What they look for is
+ * what PostgreSQL's own checks will meet, and those read the newest row
+ * versions: a unique check (a dirty snapshot) finds a row migrated since the
+ * statement's snapshot in the new table, and a foreign key's action or
+ * check runs on the latest snapshot.  So only the rows unmigrated now need
+ * migrating; on the statement's snapshot, a row another transaction
+ * migrated meanwhile would be claimed again and fail with 40001, where
+ * eagerly the statement meets the row (23505, 23503, or the cascade).
+ */
+static bool
+by_key(List *item)
+{
+	return lf_item_kind(item) != LF_NEEDS_ROWS;
+}
+
+/*
  * A statement whose REPEATABLE READ snapshot predates a migration writes
- * unique keys: if an unmigrated row holds one, eager would report a
- * conflict with a row the snapshot cannot see, which we cannot reproduce
- * without making the row visible to it (snapshot.c).  A row migrated
- * already is in the new table, where the statement's own unique check
- * finds it, as eagerly: so the rows unmigrated now count, read on the
- * latest snapshot.  items are the statement's conflicting-key relevance
- * plans of such migrations.
+ * unique keys, or deletes or updates rows that new tables reference: if an
+ * unmigrated row holds such a key, or references such a row, eager would
+ * meet a row the snapshot cannot see (a unique violation, a foreign-key
+ * check or a cascade that fails), which we cannot reproduce without making
+ * the row visible to the snapshot (snapshot.c).  Rows migrated already are
+ * in the new tables, where PostgreSQL's checks meet them as eagerly: the
+ * rows unmigrated now count (by_key).
  */
 static void
-check_keys_before_start(QueryDesc *qd, List *items)
+check_before_start(QueryDesc *qd, List *items)
 {
 	ListCell   *lc;
 
@@ -1018,8 +1036,11 @@ check_keys_before_start(QueryDesc *qd, List *items)
 		UnregisterSnapshot(latest);
 		if (set.n > 0)
 			lf_snapshot_predates(lf_migration_by_input(set.input)->name,
-								 "the transaction's snapshot predates its start, and the statement "
-								 "writes a unique key that a row not migrated yet holds.");
+								 lf_item_kind(item) == LF_NEEDS_KEYS
+								 ? "the transaction's snapshot predates its start, and the statement "
+								 "writes a unique key that a row not migrated yet holds."
+								 : "the transaction's snapshot predates its start, and the statement "
+								 "changes rows that rows not migrated yet reference.");
 	}
 }
 
@@ -1051,7 +1072,7 @@ prepare_statement(QueryDesc *qd, List *items)
 	Snapshot	q = qd->snapshot;
 	ListCell   *lc;
 	List	   *live = NIL;
-	List	   *keys_before_start = NIL;
+	List	   *before_start = NIL;
 	bool		over = false;
 	bool		migrated = false;
 	int			round;
@@ -1073,8 +1094,8 @@ prepare_statement(QueryDesc *qd, List *items)
 			over = true;		/* completed since the plan was made */
 		else if (xact && !lf_xact_visible(&mig->started, q))
 		{
-			if (lf_item_conflicts(item))
-				keys_before_start = lappend(keys_before_start, item);
+			if (by_key(item))
+				before_start = lappend(before_start, item);
 		}
 		else
 		{
@@ -1084,8 +1105,8 @@ prepare_statement(QueryDesc *qd, List *items)
 	}
 	if (over || lf_recent_done != NIL)
 		check_completions(qd);
-	if (keys_before_start != NIL)
-		check_keys_before_start(qd, keys_before_start);
+	if (before_start != NIL)
+		check_before_start(qd, before_start);
 	if (live == NIL)
 	{
 		if (over && !xact && qd->snapshot == q)
@@ -1096,6 +1117,7 @@ prepare_statement(QueryDesc *qd, List *items)
 	for (round = 0;; round++)
 	{
 		Snapshot	snap = round_snapshot(q, xact, migrated);
+		Snapshot	latest = xact ? RegisterSnapshot(GetLatestSnapshot()) : NULL;
 		List	   *sets = NIL;
 		bool		any = false;
 
@@ -1116,9 +1138,11 @@ prepare_statement(QueryDesc *qd, List *items)
 				set->input = input;
 				sets = lappend(sets, set);
 			}
-			run_relevance(item, snap, qd->params, set);
+			run_relevance(item, xact && by_key(item) ? latest : snap, qd->params, set);
 			any |= set->n > 0;
 		}
+		if (latest)
+			UnregisterSnapshot(latest);
 		if (!any)
 		{
 			/* Every needed row is visible in snap: run the statement on it. */

@@ -57,7 +57,7 @@ typedef struct RelCtx
 	List	   *queries;		/* relevance Query per item */
 	List	   *inputs;			/* input OID per item */
 	List	   *descs;			/* description per item */
-	List	   *conflicts;		/* per item: finds rows whose keys may conflict */
+	List	   *kinds;			/* LfItemKind per item */
 } RelCtx;
 
 static void collect_level(Query *level, RelCtx *cx);
@@ -234,14 +234,14 @@ make_select(Query *q, Var *ctid)
 
 static void
 add_item(RelCtx *cx, Query *q, Oid input, const char *target, const char *how,
-		 bool conflicts)
+		 LfItemKind kind)
 {
 	/* normally locked already by lf_planner; gone means completed */
 	if (!lf_lock_input_if_exists(input, AccessShareLock))
 		return;
 	cx->queries = lappend(cx->queries, q);
 	cx->inputs = lappend_oid(cx->inputs, input);
-	cx->conflicts = lappend_int(cx->conflicts, conflicts);
+	cx->kinds = lappend_int(cx->kinds, kind);
 	cx->descs = lappend(cx->descs,
 						psprintf("%s from %s (%s)", target,
 								 quote_qualified_identifier(get_namespace_name(get_rel_namespace(input)),
@@ -267,41 +267,47 @@ single_table_query(LfMapping *m, RangeTblEntry *orig, Node *quals)
 }
 
 /*
- * Every unmigrated row of target.  conflicts: the statement may write
- * target's unique keys (the fallback of key_relevance).
+ * A range table entry for a target the statement does not name: what
+ * make_map_rte needs (its column names).  requiredPerms as given.
+ */
+static RangeTblEntry *
+target_rte(Oid target, AclMode perms)
+{
+	RangeTblEntry *rte = makeNode(RangeTblEntry);
+	Relation	rel = table_open(target, AccessShareLock);
+	int			i;
+
+	rte->rtekind = RTE_RELATION;
+	rte->relid = target;
+	rte->relkind = RELKIND_RELATION;
+	rte->rellockmode = AccessShareLock;
+	rte->requiredPerms = perms;
+	rte->eref = makeAlias(pstrdup(RelationGetRelationName(rel)), NIL);
+	for (i = 0; i < RelationGetNumberOfAttributes(rel); i++)
+		rte->eref->colnames = lappend(rte->eref->colnames,
+									  makeString(pstrdup(NameStr(TupleDescAttr(RelationGetDescr(rel), i)->attname))));
+	table_close(rel, AccessShareLock);
+	return rte;
+}
+
+/*
+ * Every unmigrated row of target.  orig: the statement's entry for it, or
+ * NULL (then the caller's SELECT privilege is checked, as a read of the
+ * table would).
  */
 static void
-whole_table(RelCtx *cx, Oid target, RangeTblEntry *orig, bool conflicts)
+whole_table(RelCtx *cx, Oid target, RangeTblEntry *orig, LfItemKind kind)
 {
 	ListCell   *lc;
-	RangeTblEntry *dummy = NULL;
 
 	if (orig == NULL)
-	{
-		dummy = makeNode(RangeTblEntry);
-		dummy->rtekind = RTE_RELATION;
-		dummy->relid = target;
-		dummy->relkind = RELKIND_RELATION;
-		dummy->rellockmode = AccessShareLock;
-		dummy->requiredPerms = ACL_SELECT;
-		dummy->eref = makeAlias(get_rel_name(target), NIL);
-		{
-			Relation	rel = table_open(target, AccessShareLock);
-			int			i;
-
-			for (i = 0; i < RelationGetNumberOfAttributes(rel); i++)
-				dummy->eref->colnames = lappend(dummy->eref->colnames,
-												makeString(pstrdup(NameStr(TupleDescAttr(RelationGetDescr(rel), i)->attname))));
-			table_close(rel, AccessShareLock);
-		}
-		orig = dummy;
-	}
+		orig = target_rte(target, ACL_SELECT);
 	foreach(lc, lf_mappings_for_target(target))
 	{
 		LfMapping  *m = lfirst(lc);
 
 		add_item(cx, single_table_query(m, orig, NULL), m->input,
-				 get_rel_name(target), "whole table", conflicts);
+				 get_rel_name(target), "whole table", kind);
 	}
 }
 
@@ -456,7 +462,7 @@ local_relevance(Query *level, int o, RelCtx *cx, const char *target)
 
 		add_item(cx, single_table_query(m, orig,
 										kept ? (Node *) make_ands_explicit(copyObject(kept)) : NULL),
-				 m->input, target, kept ? "own filter" : "whole table", false);
+				 m->input, target, kept ? "own filter" : "whole table", LF_NEEDS_ROWS);
 	}
 }
 
@@ -551,7 +557,7 @@ statement_relevance(Query *level, int o, List *occ, RelCtx *cx)
 		ListCell   *lc2;
 
 		forboth(lc, built, lc2, built_inputs)
-			add_item(cx, lfirst(lc), lfirst_oid(lc2), target, "statement", false);
+			add_item(cx, lfirst(lc), lfirst_oid(lc2), target, "statement", LF_NEEDS_ROWS);
 	}
 }
 
@@ -661,7 +667,7 @@ key_relevance(Query *level, int r, RelCtx *cx)
 
 	if (unknown || level->hasModifyingCTE)
 	{
-		whole_table(cx, orig->relid, orig, true);
+		whole_table(cx, orig->relid, orig, LF_NEEDS_KEYS);
 		return;
 	}
 	if (disjuncts == NIL)
@@ -686,10 +692,145 @@ key_relevance(Query *level, int r, RelCtx *cx)
 			: copyObject(keys);
 		if (contain_volatile_functions((Node *) q))
 		{
-			whole_table(cx, orig->relid, orig, true);
+			whole_table(cx, orig->relid, orig, LF_NEEDS_KEYS);
 			return;
 		}
-		add_item(cx, q, m->input, get_rel_name(orig->relid), "conflicting keys", true);
+		add_item(cx, q, m->input, get_rel_name(orig->relid), "conflicting keys", LF_NEEDS_KEYS);
+	}
+}
+
+/* ---------------------------------------------------------------------
+ * Rows that reference the rows a statement deletes or updates
+ * ---------------------------------------------------------------------
+ */
+
+/* Does the level assign one of the attributes keys[0..n) of its result relation? */
+static bool
+assigns_any(List *targetList, const AttrNumber *keys, int n)
+{
+	ListCell   *lc;
+	int			i;
+
+	foreach(lc, targetList)
+	{
+		TargetEntry *tle = lfirst(lc);
+
+		for (i = 0; i < n && !tle->resjunk; i++)
+			if (tle->resno == keys[i])
+				return true;
+	}
+	return false;
+}
+
+/*
+ * The rows of fk's child that reference the rows of the result relation r
+ * that level deletes or updates: SELECT the mapping's ctids FROM the
+ * level's own FROM, joined with the mapping on the key, WHERE the level's
+ * conjuncts.  Whole child table where that cannot be built.  No privilege
+ * of the caller's is checked on the child: the key's own statements run as
+ * the table's owner.
+ */
+static void
+referencing_rows(Query *level, int r, LfForeignKey *fk, bool whole, RelCtx *cx)
+{
+	RangeTblEntry *child = target_rte(fk->child, 0);
+	Oid			parent = rt_fetch(r, level->rtable)->relid;
+	ListCell   *lc;
+
+	foreach(lc, lf_mappings_for_target(fk->child))
+	{
+		LfMapping  *m = lfirst(lc);
+		Query	   *q;
+		int			mrti;
+		RangeTblRef *rtr = makeNode(RangeTblRef);
+		List	   *keys = NIL;
+		Node	   *where;
+		int			i;
+
+		if (whole)
+		{
+			q = makeNode(Query);
+			q->rtable = list_make1(make_map_rte(m, child));
+			rtr->rtindex = 1;
+			q->jointree = makeFromExpr(list_make1(rtr), NULL);
+			make_select(q, ctid_var(1, m));
+			add_item(cx, q, m->input, get_rel_name(fk->child), "whole table", LF_NEEDS_REFERENCING);
+			continue;
+		}
+		q = copyObject(level);
+		mrti = list_length(q->rtable) + 1;
+		make_select(q, ctid_var(mrti, m));
+		q->rtable = lappend(q->rtable, make_map_rte(m, child));
+		rtr->rtindex = mrti;
+		if (q->jointree == NULL)
+			q->jointree = makeFromExpr(NIL, NULL);
+		q->jointree->fromlist = lappend(q->jointree->fromlist, rtr);
+		for (i = 0; i < fk->nkeys; i++)
+		{
+			Oid			ptype,
+						ctype,
+						pcoll,
+						ccoll;
+			int32		ptypmod,
+						ctypmod;
+			Expr	   *clause;
+
+			get_atttypetypmodcoll(parent, fk->parent_keys[i], &ptype, &ptypmod, &pcoll);
+			get_atttypetypmodcoll(fk->child, fk->child_keys[i], &ctype, &ctypmod, &ccoll);
+			clause = make_opclause(fk->eqops[i], BOOLOID, false,
+								   (Expr *) makeVar(r, fk->parent_keys[i], ptype, ptypmod, pcoll, 0),
+								   (Expr *) makeVar(mrti, fk->child_keys[i], ctype, ctypmod, ccoll, 0),
+								   InvalidOid, pcoll);
+			set_opfuncid((OpExpr *) clause);
+			keys = lappend(keys, clause);
+		}
+		where = filter_conjuncts(q->jointree->quals, NULL);
+		if (where)
+			keys = lcons(where, keys);
+		q->jointree->quals = (Node *) make_ands_explicit(keys);
+		if (contain_volatile_functions((Node *) q))
+		{
+			referencing_rows(level, r, fk, true, cx);
+			return;
+		}
+		add_item(cx, q, m->input, get_rel_name(fk->child), "referencing rows", LF_NEEDS_REFERENCING);
+	}
+}
+
+/*
+ * A DELETE, or an UPDATE of referenced columns, of rows that rows of new
+ * tables reference through a foreign key: those rows are migrated first,
+ * so that the key's action (CASCADE, SET NULL, SET DEFAULT) or check (NO
+ * ACTION, RESTRICT) finds them in the new table, as eagerly.  Left to the
+ * key's own statement, they would be migrated after the parent row is
+ * gone, and fail their own foreign-key check.  A key's statements are
+ * statements too: a cascade one level down migrates the next level.
+ */
+static void
+referencing_relevance(Query *level, RelCtx *cx)
+{
+	int			r = level->resultRelation;
+	bool		upsert = level->commandType == CMD_INSERT && level->onConflict &&
+		level->onConflict->action == ONCONFLICT_UPDATE;
+	ListCell   *lc;
+
+	if (r <= 0 || rt_fetch(r, level->rtable)->rtekind != RTE_RELATION ||
+		(level->commandType != CMD_DELETE && level->commandType != CMD_UPDATE &&
+		 level->commandType != CMD_MERGE && !upsert))
+		return;
+	foreach(lc, lf_fkeys_referencing(rt_fetch(r, level->rtable)->relid))
+	{
+		LfForeignKey *fk = lfirst(lc);
+
+		if (level->commandType == CMD_UPDATE &&
+			!assigns_any(level->targetList, fk->parent_keys, fk->nkeys))
+			continue;
+		if (upsert && !assigns_any(level->onConflict->onConflictSet, fk->parent_keys, fk->nkeys))
+			continue;
+		referencing_rows(level, r, fk,
+						 level->commandType == CMD_MERGE || upsert || level->hasModifyingCTE ||
+						 has_outer_or_bad_refs((Node *) level, 0),
+						 cx);
 	}
 }
 
@@ -741,7 +882,7 @@ collect_level(Query *level, RelCtx *cx)
 			/* other entries of an INSERT level (EXCLUDED) are not read */
 		}
 		else if (level->commandType == CMD_MERGE)
-			whole_table(cx, rte->relid, rte, true);
+			whole_table(cx, rte->relid, rte, LF_NEEDS_KEYS);
 		else
 		{
 			bool		correlated = has_outer_or_bad_refs((Node *) level, 0);
@@ -755,6 +896,7 @@ collect_level(Query *level, RelCtx *cx)
 		}
 	}
 
+	referencing_relevance(level, cx);
 	(void) query_tree_walker(level, nested_walker, cx, 0);
 }
 
@@ -902,6 +1044,24 @@ refs_target_walker(Node *node, void *cx)
 	return expression_tree_walker(node, refs_target_walker, cx);
 }
 
+/* Does the tree name a table that a foreign key of a new table references? */
+static bool
+refs_parent_walker(Node *node, void *cx)
+{
+	if (node == NULL)
+		return false;
+	if (IsA(node, RangeTblEntry))
+	{
+		RangeTblEntry *rte = (RangeTblEntry *) node;
+
+		return rte->rtekind == RTE_RELATION && lf_fkeys_referencing(rte->relid) != NIL;
+	}
+	if (IsA(node, Query))
+		return query_tree_walker((Query *) node, refs_parent_walker, cx,
+								 QTW_EXAMINE_RTES_BEFORE);
+	return expression_tree_walker(node, refs_parent_walker, cx);
+}
+
 /*
  * Does the relevance query read nothing but its input?  Then the set of rows
  * it returns can only shrink (inputs only lose rows, the mapping is
@@ -940,7 +1100,10 @@ lf_planner(Query *parse, const char *query_string, int cursorOptions,
 		return prev_planner ? prev_planner(parse, query_string, cursorOptions, boundParams)
 			: standard_planner(parse, query_string, cursorOptions, boundParams);
 
-	if (refs_target_walker((Node *) parse, NULL))
+	/* statements on new tables; writes of tables their foreign keys reference */
+	if (refs_target_walker((Node *) parse, NULL) ||
+		((parse->commandType != CMD_SELECT || parse->hasModifyingCTE) &&
+		 refs_parent_walker((Node *) parse, NULL)))
 		copy = copyObject(parse);
 	stmt = prev_planner ? prev_planner(parse, query_string, cursorOptions, boundParams)
 		: standard_planner(parse, query_string, cursorOptions, boundParams);
@@ -956,7 +1119,7 @@ lf_planner(Query *parse, const char *query_string, int cursorOptions,
 		if (rte->rtekind == RTE_RELATION && lf_is_target(rte->relid))
 			targets = list_append_unique_oid(targets, rte->relid);
 	}
-	if (targets == NIL || stmt->commandType == CMD_UTILITY)
+	if ((targets == NIL && copy == NULL) || stmt->commandType == CMD_UTILITY)
 		return stmt;
 
 	/*
@@ -985,7 +1148,7 @@ lf_planner(Query *parse, const char *query_string, int cursorOptions,
 			if (lf_is_target(lfirst_oid(lc)))
 				live = lappend_oid(live, lfirst_oid(lc));
 		targets = live;
-		if (targets == NIL)
+		if (targets == NIL && copy == NULL)
 			return stmt;
 	}
 
@@ -994,17 +1157,17 @@ lf_planner(Query *parse, const char *query_string, int cursorOptions,
 	/* targets met only in the flattened range table: inlined SQL functions, read only */
 	foreach(lc, targets)
 		if (!list_member_oid(cx.found, lfirst_oid(lc)))
-			whole_table(&cx, lfirst_oid(lc), NULL, false);
+			whole_table(&cx, lfirst_oid(lc), NULL, LF_NEEDS_ROWS);
 	if (list_length(cx.queries) > MAX_ITEMS)
 	{
 		RelCtx		all = {0};
 
 		foreach(lc, targets)
-			whole_table(&all, lfirst_oid(lc), NULL, true);
+			whole_table(&all, lfirst_oid(lc), NULL, LF_NEEDS_KEYS);
 		cx = all;
 	}
 
-	forfour(lq, cx.queries, li, cx.inputs, ld, cx.descs, lk, cx.conflicts)
+	forfour(lq, cx.queries, li, cx.inputs, ld, cx.descs, lk, cx.kinds)
 	{
 		Query	   *q = lfirst(lq);
 		PlannedStmt *rs;
