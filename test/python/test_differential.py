@@ -433,10 +433,35 @@ def gen_case(seed, snapshots=False):
             stmts.insert(pos[0] + 1, "CREATE INDEX ON %s (%s);" % (created_as, col))
         else:
             stmts.append("CREATE INDEX ON %s (%s);" % (final, col))
+    # Drawn apart, so that the cases above stay what they were for a seed.
+    fkr = random.Random("fkey-%d" % seed)
+    case.fk_action = None
+    creates = [k for k, st in enumerate(stmts)
+               if st.startswith("CREATE TABLE ") and " (id int" in st and " AS " not in st]
+    if creates and fkr.random() < 0.3:
+        # A new table's id references a live table, owners, with an action.
+        case.fk_action = fkr.choice(["CASCADE", "SET NULL", "SET DEFAULT", "NO ACTION",
+                                     "RESTRICT"])
+        k = fkr.choice(creates)
+        stmts[k] = stmts[k].replace(" (id int", " (id int REFERENCES owners (id) ON DELETE %s "
+                                    "ON UPDATE %s" % (case.fk_action, case.fk_action), 1)
     case.script = "\n".join(stmts)
     case.tables = tables
     case.snapshots = snapshots
     case.workload = (gen_snapshot_workload if snapshots else gen_workload)(rng, case)
+    if case.fk_action:
+        # Deletes and key updates of owners: the action reaches rows of the
+        # new table that are not migrated yet.
+        ids = [r[0] for r in case.rows if r[0] is not None]
+        for _ in range(fkr.randint(2, 6)):
+            a = fkr.choice(ids)
+            st = fkr.choice([
+                Stmt("DELETE FROM owners WHERE id = %s", [a]),
+                Stmt("UPDATE owners SET id = id + 100000 WHERE id = %s", [a]),
+                Stmt("DELETE FROM owners WHERE id BETWEEN %s AND %s", [a, a + fkr.randint(1, 5)]),
+                Stmt("DELETE FROM owners WHERE id = %s RETURNING id", [a])])
+            spots = [i for i, w in enumerate(case.workload) if w.session == 0] or [0]
+            case.workload.insert(fkr.choice(spots), st)
     return case
 
 
@@ -884,6 +909,12 @@ def load_source(conn, case):
     with conn.cursor().copy("COPY %s (%s) FROM STDIN" % (case.src, ", ".join(cols))) as cp:
         for r in case.rows:
             cp.write_row(r)
+    if getattr(case, "fk_action", None):
+        # Every id a row or the workload can use (the fresh ones included).
+        ids = [r[0] for r in case.rows if r[0] is not None] or [0]
+        conn.execute("CREATE TABLE owners (id int PRIMARY KEY)")
+        conn.execute("INSERT INTO owners SELECT generate_series(%s::int, %s::int)",
+                     [min(min(ids), 0), max(ids) + 300])
     conn.execute("CREATE TABLE side (id int PRIMARY KEY, tag int)")
     conn.execute("INSERT INTO side SELECT DISTINCT id, id %% 5 FROM %s WHERE id %% 2 = 0"
                  % case.src)
