@@ -75,6 +75,7 @@
 #include "utils/memutils.h"
 #include "utils/pg_rusage.h"
 #include "utils/snapmgr.h"
+#include "utils/syscache.h"
 #include "utils/timestamp.h"
 
 #define LF_MAX_DATABASES 64
@@ -254,11 +255,23 @@ want_all_databases(void)
 		want_worker(lfirst_oid(lc));
 }
 
+/*
+ * The launcher's own record of the workers it started (a handle is valid
+ * only in the process that registered it), so that it knows when one has
+ * exited: a worker that dies before it clears its slot (a FATAL while it
+ * connects, its database dropped meanwhile) used to pin the slot as "being
+ * launched" until the server restarted, and its database got no worker
+ * again.
+ */
+static BackgroundWorkerHandle *handles[LF_MAX_DATABASES][LF_MAX_WORKERS];
+static TimestampTz relaunch_after[LF_MAX_DATABASES][LF_MAX_WORKERS];
+
+#define LF_RELAUNCH_DELAY_MS 1000	/* after a worker that died without clearing its slot */
+
 static bool
-launch_worker(Oid dboid, int number)
+launch_worker(int slot, Oid dboid, int number)
 {
 	BackgroundWorker w = {0};
-	BackgroundWorkerHandle *handle;
 
 	w.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
 	w.bgw_start_time = BgWorkerStart_RecoveryFinished;
@@ -270,7 +283,59 @@ launch_worker(Oid dboid, int number)
 	w.bgw_main_arg = ObjectIdGetDatum(dboid);
 	memcpy(w.bgw_extra, &number, sizeof(number));
 	w.bgw_notify_pid = MyProcPid;
-	return RegisterDynamicBackgroundWorker(&w, &handle);
+	return RegisterDynamicBackgroundWorker(&w, &handles[slot][number]);
+}
+
+static bool
+database_exists(Oid dboid)
+{
+	bool		exists;
+
+	StartTransactionCommand();
+	exists = SearchSysCacheExists1(DATABASEOID, ObjectIdGetDatum(dboid));
+	CommitTransactionCommand();
+	return exists;
+}
+
+/*
+ * Reap the workers that have exited.  One that exited without clearing its
+ * slot (worker_exit) gets its slot and busy bits cleared here, and is
+ * launched again no sooner than LF_RELAUNCH_DELAY_MS later if it is still
+ * wanted; a dropped database wants no worker any more.
+ */
+static void
+reap_workers(void)
+{
+	int			i,
+				k;
+
+	for (i = 0; i < LF_MAX_DATABASES; i++)
+		for (k = 0; k < LF_MAX_WORKERS; k++)
+		{
+			LfSlot	   *s = &lf_shared->slots[i];
+			pid_t		pid;
+			bool		gone;
+			int			c;
+
+			if (handles[i][k] == NULL ||
+				GetBackgroundWorkerPid(handles[i][k], &pid) != BGWH_STOPPED)
+				continue;
+			pfree(handles[i][k]);
+			handles[i][k] = NULL;
+			gone = !database_exists(s->dboid);
+			LWLockAcquire(lf_shared->lock, LW_EXCLUSIVE);
+			if (s->pid[k] != 0)
+			{
+				s->pid[k] = 0;
+				for (c = 0; c < LF_MAX_CURSORS; c++)
+					s->cursors[c].busy &= ~(1U << k);
+				relaunch_after[i][k] = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+																   LF_RELAUNCH_DELAY_MS);
+			}
+			if (gone)
+				memset(s->wanted, 0, sizeof(s->wanted));
+			LWLockRelease(lf_shared->lock);
+		}
 }
 
 void
@@ -288,6 +353,7 @@ lf_launcher_main(Datum arg)
 	{
 		int			i;
 		long		timeout = 10000;
+		TimestampTz now = GetCurrentTimestamp();
 
 		CHECK_FOR_INTERRUPTS();
 		if (ConfigReloadPending)
@@ -295,6 +361,7 @@ lf_launcher_main(Datum arg)
 			ConfigReloadPending = false;
 			ProcessConfigFile(PGC_SIGHUP);
 		}
+		reap_workers();
 		LWLockAcquire(lf_shared->lock, LW_EXCLUSIVE);
 		for (i = 0; i < LF_MAX_DATABASES; i++)
 		{
@@ -306,19 +373,23 @@ lf_launcher_main(Datum arg)
 				continue;
 			for (k = 0; k < LF_MAX_WORKERS; k++)
 			{
-				if (s->pid[k] == 0 && s->wanted[k])
+				/* (a worker that cleared its slot may not have exited yet) */
+				if (s->pid[k] == 0 && s->wanted[k] && handles[i][k] == NULL)
 				{
-					if (launch_worker(s->dboid, k))
+					if (relaunch_after[i][k] > now)
+						timeout = Min(timeout, (long) ((relaunch_after[i][k] - now) / 1000) + 1);
+					else if (launch_worker(i, s->dboid, k))
 						s->pid[k] = -1;
 					else
 						timeout = 1000; /* no bgworker slot free: retry soon */
 				}
-				in_use |= s->pid[k] != 0 || s->wanted[k];
+				in_use |= s->pid[k] != 0 || s->wanted[k] || handles[i][k] != NULL;
 			}
 			if (!in_use)
 				s->dboid = InvalidOid;	/* free the slot */
 		}
 		LWLockRelease(lf_shared->lock);
+		pgstat_report_stat(false);
 
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 						 timeout, PG_WAIT_EXTENSION);
@@ -1184,6 +1255,7 @@ lf_worker_main(Datum arg)
 		pg_rusage_init(&ru0);
 		foreach(lc, ids)
 			worked |= worker_batch(lfirst_int(lc));
+		pgstat_report_stat(false);
 		if (worked)
 		{
 			long		yield = yield_ms(&ru0);

@@ -1,0 +1,85 @@
+"""The launcher keeps track of the workers it starts.
+
+A worker that dies before it clears its slot in shared memory (here: a FATAL
+while connecting, because its database does not allow connections) used to
+leave the slot marked "being launched" until the server restarted: its
+database never got a worker again, and its migrations never completed in the
+background.  The launcher now notices the exit through the worker's handle,
+clears the slot and launches the worker again once it can connect.  A
+dropped database's slot is given up: no worker is launched for it again.
+"""
+
+import time
+
+from conftest import needs_real_extension, wait_until
+
+SCRIPT = ("CREATE TABLE {new} (id int PRIMARY KEY, v int NOT NULL); "
+          "INSERT INTO {new} SELECT id, v FROM {old}; DROP TABLE {old};")
+
+WORKERS = ("SELECT count(*) FROM pg_stat_activity "
+           "WHERE backend_type = 'leapfrog worker' AND datname = %s")
+
+
+def _start(conn, old, new, rows=2000):
+    conn.execute("CREATE TABLE %s (id int PRIMARY KEY, v int NOT NULL)" % old)
+    conn.execute("INSERT INTO %s SELECT g, g FROM generate_series(1, %%s) g" % old, [rows])
+    conn.execute("SELECT leapfrog.start(%s, %s)", [new, SCRIPT.format(new=new, old=old)])
+
+
+def _failed_connections(c, dbname):
+    return c.log_text().count('database "%s" is not currently accepting connections' % dbname)
+
+
+def test_worker_that_fails_to_connect_is_launched_again(make_cluster):
+    needs_real_extension()
+    c = make_cluster(**{"leapfrog.background": "on", "leapfrog.background_delay": 0,
+                        "log_min_messages": "log"})
+    c.create_database("app")
+    with c.connect("app") as conn:
+        # A first migration, completed: its workers exit, nothing is running.
+        _start(conn, "a", "a_v2")
+        assert conn.execute("SELECT leapfrog.wait('a_v2', 60)").fetchone()[0]
+        wait_until(lambda: conn.execute(WORKERS, ["app"]).fetchone()[0] == 0, 30,
+                   what="the workers of app to exit")
+        # New connections to app are refused from now on (this one stays).
+        c.sql("ALTER DATABASE app ALLOW_CONNECTIONS false")
+        _start(conn, "b", "b_v2")
+        # The workers started for b_v2 cannot connect...
+        wait_until(lambda: _failed_connections(c, "app") >= 1, 30,
+                   what="a worker failing to connect")
+        assert conn.execute("SELECT state FROM leapfrog.migrations WHERE name = 'b_v2'"
+                            ).fetchone()[0] == "running"
+        # ... until connections are allowed again: then b_v2 completes in
+        # the background, by a worker launched after the failures.
+        c.sql("ALTER DATABASE app ALLOW_CONNECTIONS true")
+        assert conn.execute("SELECT leapfrog.wait('b_v2', 60)").fetchone()[0], \
+            "no worker was launched again after the failed ones"
+        n, d, bad = conn.execute(
+            "SELECT count(*), count(DISTINCT id), count(*) FILTER (WHERE v <> id) FROM b_v2"
+        ).fetchone()
+        assert (n, d, bad) == (2000, 2000, 0)
+
+
+def test_dropped_database_gets_no_worker(make_cluster):
+    needs_real_extension()
+    c = make_cluster(**{"leapfrog.background": "on", "leapfrog.background_delay": 0,
+                        "log_min_messages": "log"})
+    c.create_database("gone")
+    with c.connect("gone") as conn:
+        c.sql("ALTER DATABASE gone ALLOW_CONNECTIONS false")
+        _start(conn, "a", "a_v2")
+        wait_until(lambda: _failed_connections(c, "gone") >= 1, 30,
+                   what="a worker failing to connect")
+    c.drop_database("gone")
+    # Once the launcher has seen the database gone, it launches nothing more
+    # for it: no worker fails to connect to it any more.
+    time.sleep(3)
+    before = c.log_text().count("leapfrog worker")
+    time.sleep(4)
+    after = c.log_text().count("leapfrog worker")
+    assert after == before, "workers are still launched for a dropped database"
+    # The launcher still serves the other databases.
+    c.create_database("app")
+    with c.connect("app") as conn:
+        _start(conn, "a", "a_v2")
+        assert conn.execute("SELECT leapfrog.wait('a_v2', 60)").fetchone()[0]
