@@ -1,11 +1,13 @@
 /*-------------------------------------------------------------------------
  * catalog.c
- *	  Backend-local cache of the active migrations of this database.
+ *	  The extension's catalog: every read and write of its tables, and the
+ *	  backend-local cache of the active migrations of this database.
  *
  * The durable record is in the extension's tables (leapfrog.migration,
- * leapfrog.input, leapfrog.mapping).  Every statement asks "is a relation
- * it touches under migration?", so each backend keeps the answer in local
- * memory and rereads the catalog only when told to.
+ * leapfrog.input, leapfrog.mapping, leapfrog.progress; column numbers
+ * below, Anum_*).  Every statement asks "is a relation it touches under
+ * migration?", so each backend keeps the answer in local memory and
+ * rereads the catalog only when told to.
  *
  * Invalidation rule: whoever changes the set of active migrations (start(),
  * completion, failure) calls CacheInvalidateRelcacheByRelid() on
@@ -41,7 +43,11 @@
 #include "utils/syscache.h"
 #include "utils/xid8.h"
 #include "storage/lmgr.h"
+#include "catalog/indexing.h"
 #include "catalog/pg_class.h"
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "utils/guc.h"
 #include "catalog/pg_constraint.h"
 #include "utils/fmgroids.h"
 
@@ -468,4 +474,271 @@ bool
 lf_is_input(Oid relid)
 {
 	return lf_migration_by_input(relid) != NULL;
+}
+
+/* The relation's schema-qualified, quoted name. */
+char *
+lf_relation_name(Oid relid)
+{
+	return quote_qualified_identifier(get_namespace_name(get_rel_namespace(relid)),
+									  get_rel_name(relid));
+}
+
+/* ---------------------------------------------------------------------
+ * Reads and writes of the catalog tables
+ *
+ * Every statement on the catalog runs here, through SPI, as the catalog's
+ * owner (it alone may write it) and with search_path = pg_catalog, pg_temp,
+ * every operator schema-qualified: nothing a caller planted takes part.
+ * Each function connects to SPI itself and copies what it returns into the
+ * caller's memory context.
+ * ---------------------------------------------------------------------
+ */
+static void
+catalog_sql(const char *sql, int nargs, Oid *types, Datum *values, bool read_only,
+			int expect)
+{
+	LfSavedUser saved = lf_become(lf_catalog_owner(), 0);
+	int			nest = NewGUCNestLevel();
+	int			rc;
+
+	(void) set_config_option("search_path", "pg_catalog, pg_temp", PGC_USERSET,
+							 PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+	rc = SPI_execute_with_args(sql, nargs, types, values, NULL, read_only, 0);
+	AtEOXact_GUC(true, nest);
+	lf_unbecome(saved);
+	if (rc != expect)
+		elog(ERROR, "leapfrog catalog statement failed: %s", SPI_result_code_string(rc));
+}
+
+static void
+spi_connect(void)
+{
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+}
+
+/* A new migration, running; its id. */
+int
+lf_catalog_add_migration(const char *name, Oid owner, const char *script)
+{
+	Oid			types[3] = {TEXTOID, OIDOID, TEXTOID};
+	Datum		values[3] = {CStringGetTextDatum(name), ObjectIdGetDatum(owner),
+	CStringGetTextDatum(script)};
+	bool		isnull;
+	int			id;
+
+	spi_connect();
+	catalog_sql("INSERT INTO leapfrog.migration (name, owner, script) VALUES ($1, $2, $3) RETURNING id",
+				3, types, values, false, SPI_OK_INSERT_RETURNING);
+	id = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	SPI_finish();
+	return id;
+}
+
+void
+lf_catalog_add_input(int migration_id, Oid relid, const char *orig_name)
+{
+	Oid			types[3] = {INT4OID, OIDOID, TEXTOID};
+	Datum		values[3] = {Int32GetDatum(migration_id), ObjectIdGetDatum(relid),
+	CStringGetTextDatum(orig_name)};
+
+	spi_connect();
+	catalog_sql("INSERT INTO leapfrog.input (migration_id, relid, orig_name) VALUES ($1, $2, $3)",
+				3, types, values, false, SPI_OK_INSERT);
+	SPI_finish();
+}
+
+void
+lf_catalog_add_mapping(int migration_id, Oid input, Oid target, const char *query)
+{
+	Oid			types[4] = {INT4OID, OIDOID, OIDOID, TEXTOID};
+	Datum		values[4] = {Int32GetDatum(migration_id), ObjectIdGetDatum(input),
+	ObjectIdGetDatum(target), CStringGetTextDatum(query)};
+
+	spi_connect();
+	catalog_sql("INSERT INTO leapfrog.mapping (migration_id, input_relid, target_relid, query) "
+				"VALUES ($1, $2, $3, $4)", 4, types, values, false, SPI_OK_INSERT);
+	SPI_finish();
+}
+
+bool
+lf_catalog_name_taken(const char *name)
+{
+	Oid			types[1] = {TEXTOID};
+	Datum		values[1] = {CStringGetTextDatum(name)};
+	bool		taken;
+
+	spi_connect();
+	catalog_sql("SELECT 1 FROM leapfrog.migration WHERE name OPERATOR(pg_catalog.=) $1",
+				1, types, values, false, SPI_OK_SELECT);
+	taken = SPI_processed > 0;
+	SPI_finish();
+	return taken;
+}
+
+/* The state of a migration by name (NULL if unknown), and its error. */
+char *
+lf_catalog_state(const char *name, char **error)
+{
+	MemoryContext caller = CurrentMemoryContext;
+	Oid			types[1] = {TEXTOID};
+	Datum		values[1] = {CStringGetTextDatum(name)};
+	char	   *state = NULL;
+
+	spi_connect();
+	catalog_sql("SELECT state, error FROM leapfrog.migration WHERE name OPERATOR(pg_catalog.=) $1",
+				1, types, values, false, SPI_OK_SELECT);
+	if (SPI_processed > 0)
+	{
+		char	   *s = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+		char	   *e = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2);
+
+		state = MemoryContextStrdup(caller, s);
+		if (error)
+			*error = e ? MemoryContextStrdup(caller, e) : NULL;
+	}
+	SPI_finish();
+	return state;
+}
+
+/*
+ * Mark a migration done, with its input row count: the progress log plus
+ * pending, this transaction's rows not logged yet (the log is folded and
+ * emptied).  False if it was done already: another worker, or complete(),
+ * was first (this UPDATE waited for its row lock and found it done).
+ */
+bool
+lf_catalog_mark_done(int migration_id, int64 pending)
+{
+	Oid			types[2] = {INT4OID, INT8OID};
+	Datum		values[2] = {Int32GetDatum(migration_id), Int64GetDatum(pending)};
+	bool		marked;
+
+	spi_connect();
+	catalog_sql("UPDATE leapfrog.migration SET state = 'done', error = NULL, "
+				"finished_at = pg_catalog.clock_timestamp(), "
+				"done_xid = pg_catalog.pg_current_xact_id(), "
+				"tuples_total = (SELECT COALESCE(pg_catalog.sum(n), 0) "
+				"FROM leapfrog.progress WHERE migration_id OPERATOR(pg_catalog.=) $1) "
+				"OPERATOR(pg_catalog.+) $2 "
+				"WHERE id OPERATOR(pg_catalog.=) $1 AND state OPERATOR(pg_catalog.<>) 'done'",
+				2, types, values, false, SPI_OK_UPDATE);
+	marked = SPI_processed > 0;
+	if (marked)
+		catalog_sql("DELETE FROM leapfrog.progress WHERE migration_id OPERATOR(pg_catalog.=) $1",
+					1, types, values, false, SPI_OK_DELETE);
+	SPI_finish();
+	if (marked)
+		lf_invalidate_all();
+	return marked;
+}
+
+/* A migration without mappings is done as soon as it starts. */
+void
+lf_catalog_mark_started_done(int migration_id)
+{
+	Oid			types[1] = {INT4OID};
+	Datum		values[1] = {Int32GetDatum(migration_id)};
+
+	spi_connect();
+	catalog_sql("UPDATE leapfrog.migration SET state = 'done', "
+				"finished_at = pg_catalog.clock_timestamp(), tuples_total = 0, "
+				"done_xid = pg_catalog.pg_current_xact_id() "
+				"WHERE id OPERATOR(pg_catalog.=) $1", 1, types, values, false, SPI_OK_UPDATE);
+	SPI_finish();
+}
+
+void
+lf_catalog_mark_failed(int migration_id, const char *error)
+{
+	Oid			types[2] = {INT4OID, TEXTOID};
+	Datum		values[2] = {Int32GetDatum(migration_id), CStringGetTextDatum(error)};
+
+	spi_connect();
+	catalog_sql("UPDATE leapfrog.migration SET state = 'failed', error = $2 "
+				"WHERE id OPERATOR(pg_catalog.=) $1 AND state OPERATOR(pg_catalog.=) 'running'",
+				2, types, values, false, SPI_OK_UPDATE);
+	SPI_finish();
+	lf_invalidate_all();
+}
+
+/* Record the input row count, unless one is recorded already. */
+void
+lf_catalog_set_total(int migration_id, int64 total)
+{
+	Oid			types[2] = {INT4OID, INT8OID};
+	Datum		values[2] = {Int32GetDatum(migration_id), Int64GetDatum(total)};
+
+	spi_connect();
+	catalog_sql("UPDATE leapfrog.migration SET tuples_total = $2 "
+				"WHERE id OPERATOR(pg_catalog.=) $1 AND tuples_total IS NULL",
+				2, types, values, false, SPI_OK_UPDATE);
+	SPI_finish();
+}
+
+/* Rows logged as migrated, read on the active snapshot. */
+int64
+lf_catalog_progress_sum(int migration_id)
+{
+	Oid			types[1] = {INT4OID};
+	Datum		values[1] = {Int32GetDatum(migration_id)};
+	bool		isnull;
+	int64		sum;
+
+	spi_connect();
+	catalog_sql("SELECT COALESCE(pg_catalog.sum(n), 0)::pg_catalog.int8 FROM leapfrog.progress "
+				"WHERE migration_id OPERATOR(pg_catalog.=) $1",
+				1, types, values, true, SPI_OK_SELECT);
+	sum = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	SPI_finish();
+	return sum;
+}
+
+/* Retired tables of finished migrations that still exist, in cxt. */
+List *
+lf_catalog_done_inputs(MemoryContext cxt)
+{
+	List	   *result = NIL;
+	uint64		i;
+
+	spi_connect();
+	catalog_sql("SELECT i.relid FROM leapfrog.input i JOIN leapfrog.migration m "
+				"ON m.id OPERATOR(pg_catalog.=) i.migration_id "
+				"WHERE m.state OPERATOR(pg_catalog.=) 'done' "
+				"AND EXISTS (SELECT 1 FROM pg_catalog.pg_class c "
+				"WHERE c.oid OPERATOR(pg_catalog.=) i.relid)",
+				0, NULL, NULL, false, SPI_OK_SELECT);
+	for (i = 0; i < SPI_processed; i++)
+	{
+		bool		isnull;
+		MemoryContext old = MemoryContextSwitchTo(cxt);
+
+		result = lappend_oid(result,
+							 DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[i],
+															SPI_tuptable->tupdesc, 1, &isnull)));
+		MemoryContextSwitchTo(old);
+	}
+	SPI_finish();
+	return result;
+}
+
+/*
+ * One row of the progress log (progress.c), inserted directly: a tuple and
+ * its index entries, no statement.  The log is the extension's own table.
+ */
+void
+lf_catalog_log_progress(int migration_id, int64 n)
+{
+	Relation	rel = table_open(lf_catalog_table("progress"), RowExclusiveLock);
+	Datum		values[2] = {Int32GetDatum(migration_id), Int64GetDatum(n)};
+	bool		nulls[2] = {false, false};
+	HeapTuple	tup;
+
+	if (RelationGetDescr(rel)->natts != 2)
+		elog(ERROR, "leapfrog: unexpected definition of leapfrog.progress");
+	tup = heap_form_tuple(RelationGetDescr(rel), values, nulls);
+	CatalogTupleInsert(rel, tup);
+	heap_freetuple(tup);
+	table_close(rel, RowExclusiveLock);
 }

@@ -4,14 +4,17 @@
  *
  * Files and what they own:
  *	leapfrog.c	module load, GUCs, hook installation, shared memory
- *	catalog.c	backend-local cache of active migrations and its invalidation
+ *	catalog.c	the catalog tables: every read and write, and the backend-local
+ *				cache of active migrations and its invalidation
  *	snapshot.c	which migration state a statement's snapshot sees
  *	start.c		leapfrog.start(): script analysis and the atomic switch
  *	relevance.c	planner hook: which input rows a statement needs
  *	estimate.c	planner size estimates of new tables while they fill
  *	scan.c		the LeapfrogMigrate custom scan that carries that plan
  *	migrate.c	ExecutorStart hook and the row migration step itself
- *	worker.c	launcher and per-database background workers, completion
+ *	progress.c	the progress log: rows each transaction migrated
+ *	complete.c	rows left, and the completion of a migration
+ *	worker.c	launcher and per-database background workers
  *	utility.c	ProcessUtility hook: DDL guard on tables under migration
  *	api.c		leapfrog.complete(), wait(), remaining()
  *-------------------------------------------------------------------------
@@ -22,6 +25,7 @@
 #include "postgres.h"
 
 #include "executor/execdesc.h"
+#include "miscadmin.h"
 #include "nodes/parsenodes.h"
 #include "nodes/plannodes.h"
 #include "storage/itemptr.h"
@@ -36,6 +40,32 @@
 #ifndef ItemPointerGetDatum
 #define ItemPointerGetDatum(X) PointerGetDatum(X)
 #endif
+
+/*
+ * Running as another role: the catalog's owner (catalog.c), a migration's
+ * owner (its steps, the ANALYZE of its tables).
+ */
+typedef struct LfSavedUser
+{
+	Oid			user;
+	int			sec;
+} LfSavedUser;
+
+static inline LfSavedUser
+lf_become(Oid user, int extra_sec_flags)
+{
+	LfSavedUser saved;
+
+	GetUserIdAndSecContext(&saved.user, &saved.sec);
+	SetUserIdAndSecContext(user, saved.sec | SECURITY_LOCAL_USERID_CHANGE | extra_sec_flags);
+	return saved;
+}
+
+static inline void
+lf_unbecome(LfSavedUser saved)
+{
+	SetUserIdAndSecContext(saved.user, saved.sec);
+}
 
 /* GUCs (leapfrog.c) */
 extern bool lf_background;
@@ -122,10 +152,21 @@ extern bool lf_lock_input_if_exists(Oid relid, LOCKMODE mode);
 extern Oid	lf_catalog_relid(void);
 extern Oid	lf_catalog_table(const char *name);
 extern Oid	lf_catalog_owner(void);
-extern void lf_spi_exec_as_catalog_owner(const char *sql, int nargs, Oid *types,
-										 Datum *values, int expect);
 extern void lf_invalidate_all(void);
 extern Oid	lf_retired_namespace(void);
+extern char *lf_relation_name(Oid relid);
+extern int	lf_catalog_add_migration(const char *name, Oid owner, const char *script);
+extern void lf_catalog_add_input(int migration_id, Oid relid, const char *orig_name);
+extern void lf_catalog_add_mapping(int migration_id, Oid input, Oid target, const char *query);
+extern bool lf_catalog_name_taken(const char *name);
+extern char *lf_catalog_state(const char *name, char **error);
+extern bool lf_catalog_mark_done(int migration_id, int64 pending);
+extern void lf_catalog_mark_started_done(int migration_id);
+extern void lf_catalog_mark_failed(int migration_id, const char *error);
+extern void lf_catalog_set_total(int migration_id, int64 total);
+extern int64 lf_catalog_progress_sum(int migration_id);
+extern List *lf_catalog_done_inputs(MemoryContext cxt);
+extern void lf_catalog_log_progress(int migration_id, int64 n);
 
 /* relevance.c */
 extern void lf_install_planner_hook(void);
@@ -180,7 +221,6 @@ extern void lf_snapshot_predates(const char *migration, const char *detail) pg_a
 /* migrate.c */
 extern void lf_install_executor_hook(void);
 extern uint64 lf_migrate_rows(LfMigration *mig, Oid input, ItemPointer tids, int ntids);
-extern int64 lf_progress_pending(int migration_id);
 /* rows a background step claimed (tids in TopMemoryContext) */
 typedef struct LfClaim
 {
@@ -190,14 +230,23 @@ typedef struct LfClaim
 extern uint64 lf_migrate_range(LfMigration *mig, Oid input, BlockNumber lo, BlockNumber hi,
 							   LfClaim *claim);
 
+/* progress.c */
+extern void lf_progress_add(int migration_id, uint64 n);
+extern int64 lf_progress_pending(int migration_id);
+
+/* complete.c */
+extern uint64 lf_rows_left(LfMigration *mig, Snapshot snap);
+extern void lf_record_total(LfMigration *mig);
+extern bool lf_try_complete(LfMigration *mig, List **analyze_later);
+extern void lf_complete_now(LfMigration *mig);
+extern void lf_analyze_targets(Oid owner, List *targets);
+extern void lf_drop_retired(List *relids);
+
 /* worker.c */
 extern void lf_shmem_request(void);
 extern void lf_shmem_startup(void);
 extern void lf_register_launcher(void);
 extern void lf_wake_worker_at_commit(void);
-extern bool lf_try_complete(LfMigration *mig, List **analyze_later);
-extern void lf_analyze_targets(Oid owner, List *targets);
-extern uint64 lf_remaining(LfMigration *mig, bool read_only);
 
 /* utility.c */
 extern void lf_install_utility_hook(void);

@@ -60,7 +60,6 @@
 
 static ExecutorStart_hook_type prev_ExecutorStart = NULL;
 
-static void progress_add(int migration_id, uint64 n);
 
 /* ---------------------------------------------------------------------
  * Collecting ctids from a relevance plan
@@ -361,220 +360,6 @@ tid_array(ItemPointer tids, int n)
 }
 
 /* ---------------------------------------------------------------------
- * The progress log: one row per migration per transaction
- *
- * leapfrog.progress counts migrated rows for leapfrog.migrations.  Steps add
- * their count to a backend-local tally, by subtransaction level (an aborted
- * subtransaction's rows are back in the inputs, so its counts are dropped;
- * a committed one's pass to its parent); the tally is written at pre-commit
- * (or pre-prepare), one row per migration, so it commits with the rows it
- * counts and is lost with them.  Completion in the same transaction
- * (leapfrog.complete()) folds the tally into tuples_total
- * (lf_progress_pending); a migration no longer active at pre-commit is
- * then not logged again.  Before this, every step inserted its own row: a
- * quarter of the cost of a statement's step (perf, TPC-C), and a log
- * growing by one row per statement for the view to sum.
- * ---------------------------------------------------------------------
- */
-typedef struct PendingCount
-{
-	int			migration_id;
-	int			level;			/* transaction nesting level that counted */
-	int64		n;
-} PendingCount;
-
-static PendingCount *pending = NULL;	/* in TopMemoryContext */
-static int	npending = 0;
-static int	maxpending = 0;
-static bool progress_callbacks = false;
-static HTAB *progress_plans = NULL;	/* migration id -> PlannedStmt * */
-
-typedef struct ProgressPlan
-{
-	int			migration_id;
-	PlannedStmt *plan;			/* in TopMemoryContext */
-} ProgressPlan;
-
-/* INSERT INTO leapfrog.progress SELECT <id>, $1 */
-static PlannedStmt *
-progress_plan(int migration_id)
-{
-	ProgressPlan *pp;
-	bool		found;
-	Relation	progress;
-	Query	   *values;
-	Query	   *top;
-
-	pp = plan_cache_entry(&progress_plans, "leapfrog progress plans", sizeof(int),
-						  sizeof(ProgressPlan), &migration_id, &found);
-	if (found && pp->plan != NULL)
-		return pp->plan;
-	pp->plan = NULL;
-
-	progress = table_open(lf_catalog_table("progress"), AccessShareLock);
-	if (RelationGetDescr(progress)->natts != 2)
-		elog(ERROR, "leapfrog: unexpected definition of leapfrog.progress");
-	values = makeNode(Query);
-	values->commandType = CMD_SELECT;
-	values->querySource = QSRC_ORIGINAL;
-	values->canSetTag = true;
-	values->jointree = makeFromExpr(NIL, NULL);
-	values->targetList = list_make2(makeTargetEntry((Expr *) makeConst(INT4OID, -1, InvalidOid, 4,
-																	   Int32GetDatum(migration_id), false, true),
-													1, pstrdup("migration_id"), false),
-									makeTargetEntry((Expr *) extern_param(1, INT8OID), 2, pstrdup("n"), false));
-	top = insert_select(progress, relation_rte(progress, ACL_INSERT, lf_catalog_owner()),
-						values, "lf_count");
-	top->canSetTag = true;
-	table_close(progress, AccessShareLock);
-	pp->plan = plan_in_top_context(top, "leapfrog progress");
-	return pp->plan;
-}
-
-/* Rows of migration_id this transaction has migrated, not yet logged. */
-int64
-lf_progress_pending(int migration_id)
-{
-	int64		n = 0;
-	int			i;
-
-	for (i = 0; i < npending; i++)
-		if (pending[i].migration_id == migration_id)
-			n += pending[i].n;
-	return n;
-}
-
-/* Write the tally: one row per migration.  Called at pre-commit. */
-static void
-progress_flush(void)
-{
-	bool		save_read_only = XactReadOnly;
-	int			i;
-
-	if (npending == 0)
-		return;
-	/* migrating is allowed in read-only transactions: see prepare_statement */
-	XactReadOnly = false;
-	PG_TRY();
-	{
-		if (!lf_cache_valid)
-			lf_cache_load();
-		/*
-		 * Every entry is at the top level now; those passed up by committed
-		 * subtransactions can repeat a migration: one row for them all.
-		 */
-		for (i = 0; i < npending; i++)
-		{
-			int			j;
-			int64		n = pending[i].n;
-			ParamListInfo params;
-			Snapshot	snap;
-
-			if (n == 0)
-				continue;
-			for (j = i + 1; j < npending; j++)
-				if (pending[j].migration_id == pending[i].migration_id)
-				{
-					n += pending[j].n;
-					pending[j].n = 0;
-				}
-			if (lf_migration_by_id(pending[i].migration_id) == NULL)
-				continue;		/* completed by this transaction, which counted it */
-			params = one_param(Int64GetDatum(n), INT8OID);
-			CommandCounterIncrement();
-			snap = RegisterSnapshot(GetTransactionSnapshot());
-			(void) run_plan(progress_plan(pending[i].migration_id), "leapfrog progress",
-							snap, params, None_Receiver);
-			UnregisterSnapshot(snap);
-			pending[i].n = 0;
-		}
-		npending = 0;
-	}
-	PG_FINALLY();
-	{
-		XactReadOnly = save_read_only;
-	}
-	PG_END_TRY();
-}
-
-static void
-progress_xact_callback(XactEvent event, void *arg)
-{
-	switch (event)
-	{
-		case XACT_EVENT_PRE_COMMIT:
-		case XACT_EVENT_PRE_PREPARE:
-			progress_flush();
-			break;
-		case XACT_EVENT_COMMIT:
-		case XACT_EVENT_PREPARE:
-		case XACT_EVENT_ABORT:
-		case XACT_EVENT_PARALLEL_COMMIT:
-		case XACT_EVENT_PARALLEL_ABORT:
-			npending = 0;
-			break;
-		default:
-			break;
-	}
-}
-
-static void
-progress_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
-						  SubTransactionId parentSubid, void *arg)
-{
-	int			level = GetCurrentTransactionNestLevel();
-	int			i,
-				j = 0;
-
-	if (event != SUBXACT_EVENT_ABORT_SUB && event != SUBXACT_EVENT_COMMIT_SUB)
-		return;
-	for (i = 0; i < npending; i++)
-	{
-		if (pending[i].level >= level)
-		{
-			if (event == SUBXACT_EVENT_ABORT_SUB)
-				continue;		/* its rows are unmigrated again */
-			pending[i].level = level - 1;
-		}
-		pending[j++] = pending[i];
-	}
-	npending = j;
-}
-
-/* Count n rows of migration_id as migrated by the current (sub)transaction. */
-static void
-progress_add(int migration_id, uint64 n)
-{
-	int			level = GetCurrentTransactionNestLevel();
-	int			i;
-
-	if (n == 0)
-		return;
-	if (!progress_callbacks)
-	{
-		RegisterXactCallback(progress_xact_callback, NULL);
-		RegisterSubXactCallback(progress_subxact_callback, NULL);
-		progress_callbacks = true;
-	}
-	for (i = 0; i < npending; i++)
-		if (pending[i].migration_id == migration_id && pending[i].level == level)
-		{
-			pending[i].n += n;
-			return;
-		}
-	if (npending == maxpending)
-	{
-		maxpending = Max(8, maxpending * 2);
-		pending = pending ? repalloc(pending, maxpending * sizeof(PendingCount))
-			: MemoryContextAlloc(TopMemoryContext, maxpending * sizeof(PendingCount));
-	}
-	pending[npending].migration_id = migration_id;
-	pending[npending].level = level;
-	pending[npending].n = (int64) n;
-	npending++;
-}
-
-/* ---------------------------------------------------------------------
  * The migration steps: claim rows, then copy what was claimed
  *
  *	 claim:	the rows are deleted from retired, in C, at the command of
@@ -586,7 +371,7 @@ progress_add(int migration_id, uint64 n)
  *			migrating, like SKIP LOCKED (claim_range)
  *	 INSERT INTO target_m SELECT <mapping m> FROM retired
  *	   WHERE <m's filter> AND ctid = ANY ($1)		(one per mapping, read with S)
- *	 and the count goes to the progress log (progress_add)
+ *	 and the count goes to the progress log (progress.c)
  *
  * S still sees the rows deleted at its own command (a tuple deleted by the
  * snapshot's command or a later one is visible to it): the mappings read
@@ -800,14 +585,10 @@ static void
 copy_claimed(LfMigration *mig, StepPlan *sp, Snapshot snap, ItemPointer tids, int n)
 {
 	ParamListInfo params = one_param(tid_array(tids, n), TIDARRAYOID);
-	Oid			save_user;
-	int			save_sec;
+	LfSavedUser saved = lf_become(mig->owner, SECURITY_RESTRICTED_OPERATION);
 	ListCell   *lc,
 			   *lu;
 
-	GetUserIdAndSecContext(&save_user, &save_sec);
-	SetUserIdAndSecContext(mig->owner, save_sec | SECURITY_LOCAL_USERID_CHANGE |
-						   SECURITY_RESTRICTED_OPERATION);
 	forboth(lc, sp->inserts, lu, sp->unfiltered)
 	{
 		uint64		copied;
@@ -820,9 +601,9 @@ copy_claimed(LfMigration *mig, StepPlan *sp, Snapshot snap, ItemPointer tids, in
 			elog(ERROR, "leapfrog: a migration step copied %llu of its %d claimed rows",
 				 (unsigned long long) copied, n);
 	}
-	SetUserIdAndSecContext(save_user, save_sec);
+	lf_unbecome(saved);
 	CommandCounterIncrement();
-	progress_add(mig->id, n);
+	lf_progress_add(mig->id, n);
 }
 
 /*

@@ -243,10 +243,7 @@ add_item(RelCtx *cx, Query *q, Oid input, const char *target, const char *how,
 	cx->inputs = lappend_oid(cx->inputs, input);
 	cx->kinds = lappend_int(cx->kinds, kind);
 	cx->descs = lappend(cx->descs,
-						psprintf("%s from %s (%s)", target,
-								 quote_qualified_identifier(get_namespace_name(get_rel_namespace(input)),
-															get_rel_name(input)),
-								 how));
+						psprintf("%s from %s (%s)", target, lf_relation_name(input), how));
 }
 
 /* SELECT lf_ctid FROM <mapping> [WHERE quals over rtindex 1] */

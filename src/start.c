@@ -204,32 +204,6 @@ run_stmt(StartState *st, RawStmt *rs)
 	}
 }
 
-void
-lf_spi_exec_as_catalog_owner(const char *sql, int nargs, Oid *types, Datum *values,
-						  int expect)
-{
-	Oid			save_user;
-	int			save_sec;
-	int			rc;
-
-	int			nest;
-
-	/*
-	 * Internal SQL qualifies its operators too; the fixed search_path is a
-	 * second line of defence against objects planted by the caller.
-	 */
-	GetUserIdAndSecContext(&save_user, &save_sec);
-	SetUserIdAndSecContext(lf_catalog_owner(), save_sec | SECURITY_LOCAL_USERID_CHANGE);
-	nest = NewGUCNestLevel();
-	(void) set_config_option("search_path", "pg_catalog, pg_temp", PGC_USERSET,
-							 PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
-	rc = SPI_execute_with_args(sql, nargs, types, values, NULL, false, 0);
-	AtEOXact_GUC(true, nest);
-	SetUserIdAndSecContext(save_user, save_sec);
-	if (rc != expect)
-		elog(ERROR, "leapfrog catalog statement failed: %s", SPI_result_code_string(rc));
-}
-
 /* ---------------------------------------------------------------------
  * Mappings
  * ---------------------------------------------------------------------
@@ -633,8 +607,6 @@ switch_attempt(void *arg)
 	StartState *st = arg;
 	ListCell   *lc;
 	ListCell   *lc2;
-	Oid			types[3] = {TEXTOID, OIDOID, TEXTOID};
-	Datum		values[3];
 
 	st->created = st->retired = st->retired_names = st->mappings = NIL;
 
@@ -643,18 +615,7 @@ switch_attempt(void *arg)
 
 	lock_dropped_tables(st);
 
-	values[0] = CStringGetTextDatum(st->name);
-	values[1] = ObjectIdGetDatum(GetUserId());
-	values[2] = CStringGetTextDatum(st->script);
-	lf_spi_exec_as_catalog_owner("INSERT INTO leapfrog.migration (name, owner, script) "
-							  "VALUES ($1, $2, $3) RETURNING id",
-							  3, types, values, SPI_OK_INSERT_RETURNING);
-	{
-		bool		isnull;
-
-		st->migration_id = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0],
-													   SPI_tuptable->tupdesc, 1, &isnull));
-	}
+	st->migration_id = lf_catalog_add_migration(st->name, GetUserId(), st->script);
 
 	foreach(lc, st->stmts)
 	{
@@ -715,39 +676,15 @@ switch_attempt(void *arg)
 
 	/* Record inputs and mappings. */
 	forboth(lc, st->retired, lc2, st->retired_names)
-	{
-		Oid			itypes[3] = {INT4OID, OIDOID, TEXTOID};
-		Datum		ivalues[3];
-
-		ivalues[0] = Int32GetDatum(st->migration_id);
-		ivalues[1] = ObjectIdGetDatum(lfirst_oid(lc));
-		ivalues[2] = CStringGetTextDatum((char *) lfirst(lc2));
-		lf_spi_exec_as_catalog_owner("INSERT INTO leapfrog.input (migration_id, relid, orig_name) "
-								  "VALUES ($1, $2, $3)", 3, itypes, ivalues, SPI_OK_INSERT);
-	}
+		lf_catalog_add_input(st->migration_id, lfirst_oid(lc), (char *) lfirst(lc2));
 	foreach(lc, st->mappings)
 	{
 		PendingMapping *pm = lfirst(lc);
-		Oid			mtypes[4] = {INT4OID, OIDOID, OIDOID, TEXTOID};
-		Datum		mvalues[4];
 
-		mvalues[0] = Int32GetDatum(st->migration_id);
-		mvalues[1] = ObjectIdGetDatum(pm->input);
-		mvalues[2] = ObjectIdGetDatum(pm->target);
-		mvalues[3] = CStringGetTextDatum(pm->query);
-		lf_spi_exec_as_catalog_owner("INSERT INTO leapfrog.mapping (migration_id, input_relid, target_relid, query) "
-								  "VALUES ($1, $2, $3, $4)", 4, mtypes, mvalues, SPI_OK_INSERT);
+		lf_catalog_add_mapping(st->migration_id, pm->input, pm->target, pm->query);
 	}
 	if (st->mappings == NIL)
-	{
-		Oid			dtypes[1] = {INT4OID};
-		Datum		dvalues[1] = {Int32GetDatum(st->migration_id)};
-
-		lf_spi_exec_as_catalog_owner("UPDATE leapfrog.migration SET state = 'done', "
-								  "finished_at = pg_catalog.clock_timestamp(), tuples_total = 0, "
-								  "done_xid = pg_catalog.pg_current_xact_id() "
-								  "WHERE id OPERATOR(pg_catalog.=) $1", 1, dtypes, dvalues, SPI_OK_UPDATE);
-	}
+		lf_catalog_mark_started_done(st->migration_id);
 	SPI_finish();
 }
 
@@ -808,21 +745,11 @@ leapfrog_start(PG_FUNCTION_ARGS)
 						errmsg("migration name must not be empty")));
 
 	/* Name taken? (the unique index would say so too, less clearly) */
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-	{
-		Oid			types[1] = {TEXTOID};
-		Datum		values[1] = {CStringGetTextDatum(st.name)};
-
-		lf_spi_exec_as_catalog_owner("SELECT 1 FROM leapfrog.migration WHERE name OPERATOR(pg_catalog.=) $1",
-								  1, types, values, SPI_OK_SELECT);
-		if (SPI_processed > 0)
-			ereport(ERROR,
-					(errcode(ERRCODE_DUPLICATE_OBJECT),
-					 errmsg("migration \"%s\" already exists", st.name),
-					 errhint("Choose another name.")));
-	}
-	SPI_finish();
+	if (lf_catalog_name_taken(st.name))
+		ereport(ERROR,
+				(errcode(ERRCODE_DUPLICATE_OBJECT),
+				 errmsg("migration \"%s\" already exists", st.name),
+				 errhint("Choose another name.")));
 
 	st.stmts = raw_parser(st.script, RAW_PARSE_DEFAULT);
 	check_statement_kinds(&st);

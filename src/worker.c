@@ -452,221 +452,6 @@ worker_exit(int code, Datum arg)
 }
 
 /*
- * Unmigrated rows of mig.  The caller is connected to SPI.  read_only: count
- * through the caller's snapshot (leapfrog.remaining() is STABLE); otherwise
- * through a new one that sees the caller's own steps.
- */
-uint64
-lf_remaining(LfMigration *mig, bool read_only)
-{
-	uint64		total = 0;
-	ListCell   *lc;
-	Oid			save_user;
-	int			save_sec;
-
-	/* the retired tables are reachable by the extension's owner only */
-	GetUserIdAndSecContext(&save_user, &save_sec);
-	SetUserIdAndSecContext(lf_catalog_owner(), save_sec | SECURITY_LOCAL_USERID_CHANGE);
-	foreach(lc, mig->inputs)
-	{
-		char	   *sql;
-		bool		isnull;
-
-		if (!lf_lock_input_if_exists(lfirst_oid(lc), AccessShareLock))
-			continue;			/* completed and dropped meanwhile */
-		sql = psprintf("SELECT pg_catalog.count(*) FROM %s",
-					   quote_qualified_identifier(get_namespace_name(get_rel_namespace(lfirst_oid(lc))),
-												  get_rel_name(lfirst_oid(lc))));
-		if (SPI_execute(sql, read_only, 0) != SPI_OK_SELECT)
-			elog(ERROR, "leapfrog: could not count remaining rows");
-		total += DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-	}
-	SetUserIdAndSecContext(save_user, save_sec);
-	return total;
-}
-
-/*
- * Completion.  Once a fresh snapshot sees no row left in any input, no row
- * can come back (inputs only ever lose rows, and a claim not yet committed
- * still shows the row), so the migration is marked done at once: statements
- * stop migrating and plans lose their LeapfrogMigrate node.  Dropping the
- * retired tables needs AccessExclusiveLock, which transactions that read
- * them may hold for a while: it is tried without waiting, and retried by
- * the worker (drop_retired) until it succeeds.
- */
-static void
-drop_retired(List *relids)
-{
-	ListCell   *lc;
-
-	foreach(lc, relids)
-	{
-		Oid			relid = lfirst_oid(lc);
-		ObjectAddress addr;
-
-		if (!ConditionalLockRelationOid(relid, AccessExclusiveLock))
-			continue;
-		if (!OidIsValid(get_rel_namespace(relid)))
-			continue;			/* dropped meanwhile */
-		ObjectAddressSet(addr, RelationRelationId, relid);
-		performDeletion(&addr, DROP_RESTRICT, PERFORM_DELETION_INTERNAL);
-	}
-}
-
-/*
- * ANALYZE the new tables of a completed migration, as its owner, and
- * invalidate their plans.  They were filled row by row and have no
- * statistics, or statistics autovacuum took while they were partly filled
- * in the inputs' physical order (one warehouse only, say); with those the
- * planner can pick an index that matches fewer columns (measured: TPC-C
- * lookups by name scanning a whole district after completion).  A table
- * dropped meanwhile is skipped; one renamed is analyzed by its new name.
- */
-void
-lf_analyze_targets(Oid owner, List *targets)
-{
-	ListCell   *lc;
-	Oid			save_user;
-	int			save_sec;
-
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-	GetUserIdAndSecContext(&save_user, &save_sec);
-	SetUserIdAndSecContext(owner, save_sec | SECURITY_LOCAL_USERID_CHANGE |
-						   SECURITY_RESTRICTED_OPERATION);
-	foreach(lc, targets)
-	{
-		Oid			relid = lfirst_oid(lc);
-		char	   *relname = get_rel_name(relid);
-		char	   *sql;
-
-		if (relname == NULL)
-			continue;
-		sql = psprintf("ANALYZE %s",
-					   quote_qualified_identifier(get_namespace_name(get_rel_namespace(relid)),
-												  relname));
-		if (SPI_execute(sql, false, 0) != SPI_OK_UTILITY)
-			elog(ERROR, "leapfrog: could not analyze %s", sql);
-		CacheInvalidateRelcacheByRelid(relid);
-	}
-	SetUserIdAndSecContext(save_user, save_sec);
-	SPI_finish();
-}
-
-/*
- * Complete mig if no input row is left; false if some are.  With
- * analyze_later NULL the new tables are analyzed in this transaction
- * (leapfrog.complete()); otherwise *analyze_later gets them, allocated in
- * TopMemoryContext, for lf_analyze_targets in a transaction of the
- * caller's after this one commits.  Why later: every statement on the new
- * tables runs its relevance queries until the migration is seen done, and
- * the ANALYZE took 2-2.5 s of a TPC-C run at saturation (W=10), with no
- * row left to migrate.  Plans made in between are rebuilt after it.
- */
-bool
-lf_try_complete(LfMigration *mig, List **analyze_later)
-{
-	ListCell   *lc;
-	Oid			types[2] = {INT4OID, INT8OID};
-	Datum		values[2] = {Int32GetDatum(mig->id), Int64GetDatum(lf_progress_pending(mig->id))};
-	char	   *name = pstrdup(mig->name);
-	List	   *inputs = list_copy(mig->inputs);
-	List	   *targets = NIL;
-	Oid			owner = mig->owner;
-
-	foreach(lc, mig->mappings)
-		targets = list_append_unique_oid(targets, ((LfMapping *) lfirst(lc))->target);
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-	if (lf_remaining(mig, false) > 0)
-	{
-		SPI_finish();
-		return false;
-	}
-	lf_spi_exec_as_catalog_owner("UPDATE leapfrog.migration SET state = 'done', error = NULL, "
-								 "finished_at = pg_catalog.clock_timestamp(), "
-								 "done_xid = pg_catalog.pg_current_xact_id(), "
-								 "tuples_total = (SELECT COALESCE(pg_catalog.sum(n), 0) "
-								 "FROM leapfrog.progress WHERE migration_id OPERATOR(pg_catalog.=) $1) "
-								 "OPERATOR(pg_catalog.+) $2 "
-								 "WHERE id OPERATOR(pg_catalog.=) $1 AND state OPERATOR(pg_catalog.<>) 'done'",
-								 2, types, values, SPI_OK_UPDATE);
-	if (SPI_processed == 0)
-	{
-		/*
-		 * Another worker (or leapfrog.complete()) completed it first: our
-		 * UPDATE waited for its row lock and found the row done.
-		 */
-		SPI_finish();
-		return true;
-	}
-	lf_spi_exec_as_catalog_owner("DELETE FROM leapfrog.progress WHERE migration_id OPERATOR(pg_catalog.=) $1",
-								 1, types, values, SPI_OK_DELETE);
-	SPI_finish();
-	/* plans of the new tables lose their LeapfrogMigrate node */
-	foreach(lc, targets)
-		CacheInvalidateRelcacheByRelid(lfirst_oid(lc));
-	lf_invalidate_all();
-	CommandCounterIncrement();
-	if (analyze_later)
-	{
-		MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
-
-		*analyze_later = list_copy(targets);
-		MemoryContextSwitchTo(old);
-	}
-	else
-		lf_analyze_targets(owner, targets);
-	drop_retired(inputs);
-	ereport(LOG, (errmsg("leapfrog: migration \"%s\" done", name)));
-	return true;
-}
-
-/* Retired tables of finished migrations that still exist. */
-static List *
-leftover_retired(MemoryContext cxt)
-{
-	List	   *result = NIL;
-	uint64		i;
-
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-	lf_spi_exec_as_catalog_owner("SELECT i.relid FROM leapfrog.input i JOIN leapfrog.migration m "
-								 "ON m.id OPERATOR(pg_catalog.=) i.migration_id "
-								 "WHERE m.state OPERATOR(pg_catalog.=) 'done' "
-								 "AND EXISTS (SELECT 1 FROM pg_catalog.pg_class c "
-								 "WHERE c.oid OPERATOR(pg_catalog.=) i.relid)",
-								 0, NULL, NULL, SPI_OK_SELECT);
-	for (i = 0; i < SPI_processed; i++)
-	{
-		bool		isnull;
-		MemoryContext old = MemoryContextSwitchTo(cxt);
-
-		result = lappend_oid(result,
-							 DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[i],
-															SPI_tuptable->tupdesc, 1, &isnull)));
-		MemoryContextSwitchTo(old);
-	}
-	SPI_finish();
-	return result;
-}
-
-static void
-lf_mark_failed(int migration_id, const char *error)
-{
-	Oid			types[2] = {INT4OID, TEXTOID};
-	Datum		values[2] = {Int32GetDatum(migration_id), CStringGetTextDatum(error)};
-
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-	lf_spi_exec_as_catalog_owner("UPDATE leapfrog.migration SET state = 'failed', error = $2 "
-								 "WHERE id OPERATOR(pg_catalog.=) $1 AND state OPERATOR(pg_catalog.=) 'running'",
-								 2, types, values, SPI_OK_UPDATE);
-	SPI_finish();
-	lf_invalidate_all();
-}
-
-/*
  * The shared cursor of (migration, input) in this database's slot, made if
  * missing; NULL if the table is full of cursors of running migrations.
  * Caller holds lf_shared->lock exclusively and has lf_active loaded.
@@ -850,39 +635,6 @@ next_batch(LfMigration *mig, InputCursor *c, LfClaim *claim, bool *pass_done)
 }
 
 /*
- * Record the migration's input row count, for leapfrog.migrations: rows
- * still in the inputs plus rows logged as migrated, read in one statement
- * (one snapshot), which is exact because a step deletes rows and logs them
- * atomically.  Done once per migration, by the worker, so that watching a
- * migration does not scan its inputs.
- */
-static void
-count_total(LfMigration *mig)
-{
-	StringInfoData sql;
-	ListCell   *lc;
-	Oid			types[1] = {INT4OID};
-	Datum		values[1] = {Int32GetDatum(mig->id)};
-
-	initStringInfo(&sql);
-	appendStringInfoString(&sql, "UPDATE leapfrog.migration SET tuples_total = "
-						   "(SELECT COALESCE(pg_catalog.sum(n), 0) FROM leapfrog.progress "
-						   "WHERE migration_id OPERATOR(pg_catalog.=) $1)");
-	foreach(lc, mig->inputs)
-	{
-		Oid			relid = lfirst_oid(lc);
-
-		if (!lf_lock_input_if_exists(relid, AccessShareLock))
-			return;				/* completed meanwhile */
-		appendStringInfo(&sql, " OPERATOR(pg_catalog.+) (SELECT pg_catalog.count(*) FROM %s)",
-						 quote_qualified_identifier(get_namespace_name(get_rel_namespace(relid)),
-													get_rel_name(relid)));
-	}
-	appendStringInfoString(&sql, " WHERE id OPERATOR(pg_catalog.=) $1 AND tuples_total IS NULL");
-	lf_spi_exec_as_catalog_owner(sql.data, 1, types, values, SPI_OK_UPDATE);
-}
-
-/*
  * In a PG_CATCH block of a worker's own transaction: the error, copied to
  * TopMemoryContext, and the transaction aborted.
  */
@@ -936,7 +688,7 @@ analyze_completed(int migration_id, Oid owner, List *targets)
  * failed, or if this worker has nothing to do until another one ends the
  * pass (the caller sleeps).
  */
-static List *counted = NIL;	/* migrations count_total() has done, in TopMemoryContext */
+static List *counted = NIL;	/* migrations lf_record_total() has done, in TopMemoryContext */
 static LfClaim batch;			/* the rows of the current batch, known after an error */
 static List *analyze_later = NIL;	/* new tables of a migration completed by the batch */
 
@@ -972,13 +724,11 @@ worker_batch(int migration_id)
 	{
 		bool		all_passes_done = true;
 
-		if (SPI_connect() != SPI_OK_CONNECT)
-			elog(ERROR, "SPI_connect failed");
 		if (my_worker_number == 0 && !list_member_int(counted, migration_id))
 		{
 			MemoryContext old;
 
-			count_total(mig);
+			lf_record_total(mig);
 			old = MemoryContextSwitchTo(TopMemoryContext);
 			counted = lappend_int(counted, migration_id);
 			MemoryContextSwitchTo(old);
@@ -1002,20 +752,17 @@ worker_batch(int migration_id)
 			 * The pass is over: done, or it skipped rows that sessions held
 			 * (or the empty ranges hid nothing).  lf_try_complete counts.
 			 */
-			SPI_finish();
 			analyze_owner = mig->owner;
 			if (!lf_try_complete(mig, &analyze_later))
 			{
 				new_pass(mig);
 				more = true;
 			}
-			SPI_connect();
 		}
 		else if (!all_passes_done)
 			more = true;
 		else
 			waiting = true;		/* another worker finishes the pass and checks it */
-		SPI_finish();
 		PopActiveSnapshot();
 		CommitTransactionCommand();
 	}
@@ -1088,7 +835,7 @@ worker_batch(int migration_id)
 			{
 				StartTransactionCommand();
 				PushActiveSnapshot(GetTransactionSnapshot());
-				lf_mark_failed(migration_id, msg);
+				lf_catalog_mark_failed(migration_id, msg);
 				PopActiveSnapshot();
 				CommitTransactionCommand();
 				ereport(LOG, (errmsg("leapfrog: migration failed: %s", msg)));
@@ -1118,7 +865,7 @@ runnable_migrations(MemoryContext cxt, long *sleep_ms, bool *any_running,
 	PushActiveSnapshot(GetTransactionSnapshot());
 	lf_cache_load();
 	if (OidIsValid(lf_catalog_relid()))
-		*leftovers = leftover_retired(cxt);
+		*leftovers = lf_catalog_done_inputs(cxt);
 	foreach(lc, lf_active)
 	{
 		LfMigration *m = lfirst(lc);
@@ -1230,7 +977,7 @@ lf_worker_main(Datum arg)
 		if (leftovers != NIL)
 		{
 			StartTransactionCommand();
-			drop_retired(leftovers);
+			lf_drop_retired(leftovers);
 			CommitTransactionCommand();
 		}
 		if (!any_running && leftovers != NIL)
