@@ -105,7 +105,7 @@ lf_retired_namespace(void)
 }
 
 /* A table of the extension's catalog (schema leapfrog), or InvalidOid. */
-Oid
+static Oid
 lf_catalog_table(const char *name)
 {
 	Oid			nsp = get_namespace_oid("leapfrog", true);

@@ -1,6 +1,7 @@
 /*-------------------------------------------------------------------------
  * leapfrog.c
- *	  Module load: GUCs, hooks, shared memory and the background launcher.
+ *	  Module load: GUCs, hooks, shared memory and the background launcher;
+ *	  and the error helper every file's PG_CATCH blocks share.
  *
  * Leapfrog must be loaded through shared_preload_libraries: it needs shared
  * memory for its worker slots and a static launcher worker, and every
@@ -11,10 +12,12 @@
  */
 #include "leapfrog.h"
 
+#include "access/xact.h"
 #include "fmgr.h"
 #include "miscadmin.h"
 #include "storage/ipc.h"
 #include "utils/guc.h"
+#include "utils/resowner.h"
 
 PG_MODULE_MAGIC;
 
@@ -58,6 +61,31 @@ lf_require_preload(void)
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("leapfrog must be loaded via shared_preload_libraries"),
 				 errhint("Add leapfrog to shared_preload_libraries and restart the server.")));
+}
+
+/*
+ * In a PG_CATCH block: the error, copied into cxt, and what failed rolled
+ * back: the internal subtransaction the caller began (subxact; then cxt and
+ * owner are made current again, as they were before it began), or the
+ * transaction (a background worker's own).
+ */
+ErrorData *
+lf_abort_with_error(MemoryContext cxt, bool subxact, ResourceOwner owner)
+{
+	ErrorData  *edata;
+
+	MemoryContextSwitchTo(cxt);
+	edata = CopyErrorData();
+	FlushErrorState();
+	if (subxact)
+	{
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(cxt);
+		CurrentResourceOwner = owner;
+	}
+	else
+		AbortCurrentTransaction();
+	return edata;
 }
 
 void

@@ -32,6 +32,7 @@
 #include "storage/lockdefs.h"
 #include "utils/memutils.h"
 #include "access/transam.h"
+#include "utils/resowner.h"
 #include "utils/snapshot.h"
 
 #ifndef DatumGetItemPointer
@@ -81,6 +82,7 @@ extern int	lf_lock_retries;
 
 extern bool lf_loaded;			/* true when preloaded */
 extern void lf_require_preload(void);
+extern ErrorData *lf_abort_with_error(MemoryContext cxt, bool subxact, ResourceOwner owner);
 
 /* catalog.c */
 typedef struct LfMapping
@@ -150,7 +152,6 @@ extern List *lf_fkeys_referencing(Oid parent);
 extern bool lf_is_input(Oid relid);
 extern bool lf_lock_input_if_exists(Oid relid, LOCKMODE mode);
 extern Oid	lf_catalog_relid(void);
-extern Oid	lf_catalog_table(const char *name);
 extern Oid	lf_catalog_owner(void);
 extern void lf_invalidate_all(void);
 extern Oid	lf_retired_namespace(void);

@@ -334,6 +334,22 @@ migrate_errcontext(void *arg)
 				   ItemPointerGetOffsetNumberNoCheck(&mc->tids[0]));
 }
 
+/* Name the migration and the rows in errors raised until pop_context(). */
+static void
+push_context(ErrorContextCallback *cb, MigrateContext *mc)
+{
+	cb->callback = migrate_errcontext;
+	cb->arg = mc;
+	cb->previous = error_context_stack;
+	error_context_stack = cb;
+}
+
+static void
+pop_context(ErrorContextCallback *cb)
+{
+	error_context_stack = cb->previous;
+}
+
 /* $1 of a plan built here */
 static ParamListInfo
 one_param(Datum value, Oid type)
@@ -635,12 +651,9 @@ lf_migrate_range(LfMigration *mig, Oid input, BlockNumber lo, BlockNumber hi, Lf
 	claim->tids = mc.tids;
 	claim->n = mc.n;
 
-	errcb.callback = migrate_errcontext;
-	errcb.arg = &mc;
-	errcb.previous = error_context_stack;
-	error_context_stack = &errcb;
+	push_context(&errcb, &mc);
 	copy_claimed(mig, sp, snap, mc.tids, mc.n);
-	error_context_stack = errcb.previous;
+	pop_context(&errcb);
 	UnregisterSnapshot(snap);
 	return mc.n;
 }
@@ -663,10 +676,7 @@ lf_migrate_rows(LfMigration *mig, Oid input, ItemPointer tids, int ntids)
 
 	if (ntids == 0)
 		return 0;
-	errcb.callback = migrate_errcontext;
-	errcb.arg = &mc;
-	errcb.previous = error_context_stack;
-	error_context_stack = &errcb;
+	push_context(&errcb, &mc);
 
 	sp = step_plan(mig, input);
 	rel = table_open(input, RowExclusiveLock);
@@ -681,7 +691,7 @@ lf_migrate_rows(LfMigration *mig, Oid input, ItemPointer tids, int ntids)
 	}
 	UnregisterSnapshot(snap);
 	pfree(claimed);
-	error_context_stack = errcb.previous;
+	pop_context(&errcb);
 	return n;
 }
 

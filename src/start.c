@@ -81,20 +81,6 @@ typedef struct StartState
  * ---------------------------------------------------------------------
  */
 
-/* In PG_CATCH of an internal subtransaction: roll it back, keep the error. */
-static ErrorData *
-abort_subxact(MemoryContext cxt, ResourceOwner owner)
-{
-	ErrorData  *edata;
-
-	MemoryContextSwitchTo(cxt);
-	edata = CopyErrorData();
-	FlushErrorState();
-	RollbackAndReleaseCurrentSubTransaction();
-	MemoryContextSwitchTo(cxt);
-	CurrentResourceOwner = owner;
-	return edata;
-}
 static void
 lf_with_lock_retries(void (*fn) (void *), void *arg, const char *what)
 {
@@ -125,7 +111,7 @@ lf_with_lock_retries(void (*fn) (void *), void *arg, const char *what)
 		}
 		PG_CATCH();
 		{
-			edata = abort_subxact(cxt, owner);
+			edata = lf_abort_with_error(cxt, true, owner);
 		}
 		PG_END_TRY();
 
@@ -449,7 +435,7 @@ check_droppable(StartState *st, RawStmt *rs, RangeVar *rv)
 	}
 	PG_CATCH();
 	{
-		ReThrowError(abort_subxact(cxt, owner));
+		ReThrowError(lf_abort_with_error(cxt, true, owner));
 	}
 	PG_END_TRY();
 	RollbackAndReleaseCurrentSubTransaction();

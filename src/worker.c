@@ -635,22 +635,6 @@ next_batch(LfMigration *mig, InputCursor *c, LfClaim *claim, bool *pass_done)
 }
 
 /*
- * In a PG_CATCH block of a worker's own transaction: the error, copied to
- * TopMemoryContext, and the transaction aborted.
- */
-static ErrorData *
-abort_with_error(void)
-{
-	ErrorData  *edata;
-
-	MemoryContextSwitchTo(TopMemoryContext);
-	edata = CopyErrorData();
-	FlushErrorState();
-	AbortCurrentTransaction();
-	return edata;
-}
-
-/*
  * The ANALYZE of a migration this worker has just completed, in a
  * transaction of its own (lf_try_complete).  A failure only leaves the
  * statistics to autovacuum: the migration is done.
@@ -672,7 +656,7 @@ analyze_completed(int migration_id, Oid owner, List *targets)
 	{
 		ErrorData  *edata;
 
-		edata = abort_with_error();
+		edata = lf_abort_with_error(TopMemoryContext, false, NULL);
 		ereport(LOG,
 				(errmsg("leapfrog: could not analyze the new tables of migration %d: %s",
 						migration_id, edata->message)));
@@ -683,170 +667,191 @@ analyze_completed(int migration_id, Oid owner, List *targets)
 }
 
 /*
- * One background batch of migration mig, in its own transaction.  Returns
- * true if the migration has more work or was completed now; false if it
- * failed, or if this worker has nothing to do until another one ends the
- * pass (the caller sleeps).
+ * One background batch: what it claimed and what came of it.  The rows are
+ * known as soon as they are claimed (lf_migrate_range fills claim), so that
+ * after an error they can be retried one by one.
  */
-static List *counted = NIL;	/* migrations lf_record_total() has done, in TopMemoryContext */
-static LfClaim batch;			/* the rows of the current batch, known after an error */
-static List *analyze_later = NIL;	/* new tables of a migration completed by the batch */
+typedef struct Batch
+{
+	int			migration_id;
+	Oid			input;			/* the input of the rows claimed */
+	LfClaim		claim;			/* tids in TopMemoryContext */
+	bool		more;			/* the migration has more work */
+	bool		waiting;		/* another worker ends the pass */
+	bool		failed;			/* a row error (not a serialization failure...) */
+	Oid			owner;			/* of a migration the batch completed ... */
+	List	   *analyze;		/* ... whose new tables to analyze (TopMemoryContext) */
+} Batch;
 
-static bool
-worker_batch(int migration_id)
+/* migrations whose input row count this worker has recorded (TopMemoryContext) */
+static List *counted = NIL;
+
+/* The work of a batch, in its transaction. */
+static void
+batch_work(Batch *b, LfMigration *mig)
+{
+	bool		all_passes_done = true;
+	ListCell   *lc;
+
+	if (my_worker_number == 0 && !list_member_int(counted, mig->id))
+	{
+		MemoryContext old;
+
+		lf_record_total(mig);
+		old = MemoryContextSwitchTo(TopMemoryContext);
+		counted = lappend_int(counted, mig->id);
+		MemoryContextSwitchTo(old);
+	}
+	foreach(lc, mig->inputs)
+	{
+		InputCursor *c = cursor_for(lfirst_oid(lc));
+		bool		pass_done;
+
+		b->input = c->input;
+		if (next_batch(mig, c, &b->claim, &pass_done) > 0)
+			break;
+		if (!pass_done)
+			all_passes_done = false;
+	}
+	if (b->claim.n > 0)
+		b->more = true;
+	else if (all_passes_done && pass_over(mig))
+	{
+		/*
+		 * The pass is over: done, or it skipped rows that sessions held (or
+		 * the empty ranges hid nothing).  lf_try_complete counts.
+		 */
+		b->owner = mig->owner;
+		if (!lf_try_complete(mig, &b->analyze))
+		{
+			new_pass(mig);
+			b->more = true;
+		}
+	}
+	else if (!all_passes_done)
+		b->more = true;
+	else
+		b->waiting = true;		/* another worker finishes the pass and checks it */
+}
+
+/* A batch in a transaction of its own; its errors are logged, not thrown. */
+static void
+run_batch(Batch *b)
 {
 	LfMigration *mig;
-	ListCell   *lc;
-	volatile bool more = false;
-	volatile bool waiting = false;
-	volatile bool failed_batch = false;
-	volatile Oid input = InvalidOid;
-	volatile Oid analyze_owner = InvalidOid;
-	ItemPointerData *tids;
-	int			n;
 
-	batch.tids = NULL;
-	batch.n = 0;
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
 	PushActiveSnapshot(GetTransactionSnapshot());
 	pgstat_report_activity(STATE_RUNNING, "leapfrog: migrating a batch");
 	lf_cache_load();
-	mig = lf_migration_by_id(migration_id);
+	mig = lf_migration_by_id(b->migration_id);
 	if (mig == NULL || mig->failed)
 	{
 		PopActiveSnapshot();
 		CommitTransactionCommand();
-		return false;
+		return;
 	}
-
 	PG_TRY();
 	{
-		bool		all_passes_done = true;
-
-		if (my_worker_number == 0 && !list_member_int(counted, migration_id))
-		{
-			MemoryContext old;
-
-			lf_record_total(mig);
-			old = MemoryContextSwitchTo(TopMemoryContext);
-			counted = lappend_int(counted, migration_id);
-			MemoryContextSwitchTo(old);
-		}
-		foreach(lc, mig->inputs)
-		{
-			InputCursor *c = cursor_for(lfirst_oid(lc));
-			bool		pass_done;
-
-			input = c->input;
-			if (next_batch(mig, c, &batch, &pass_done) > 0)
-				break;
-			if (!pass_done)
-				all_passes_done = false;
-		}
-		if (batch.n > 0)
-			more = true;
-		else if (all_passes_done && pass_over(mig))
-		{
-			/*
-			 * The pass is over: done, or it skipped rows that sessions held
-			 * (or the empty ranges hid nothing).  lf_try_complete counts.
-			 */
-			analyze_owner = mig->owner;
-			if (!lf_try_complete(mig, &analyze_later))
-			{
-				new_pass(mig);
-				more = true;
-			}
-		}
-		else if (!all_passes_done)
-			more = true;
-		else
-			waiting = true;		/* another worker finishes the pass and checks it */
+		batch_work(b, mig);
 		PopActiveSnapshot();
 		CommitTransactionCommand();
 	}
 	PG_CATCH();
 	{
-		ErrorData  *edata;
+		ErrorData  *edata = lf_abort_with_error(TopMemoryContext, false, NULL);
 
-		edata = abort_with_error();
-		list_free(analyze_later);	/* not completed after all */
-		analyze_later = NIL;
-		failed_batch = (edata->sqlerrcode != ERRCODE_T_R_SERIALIZATION_FAILURE &&
-						edata->sqlerrcode != ERRCODE_T_R_DEADLOCK_DETECTED &&
-						edata->sqlerrcode != ERRCODE_LOCK_NOT_AVAILABLE &&
-						edata->sqlerrcode != ERRCODE_QUERY_CANCELED);
+		list_free(b->analyze);	/* not completed after all */
+		b->analyze = NIL;
+		b->more = false;
+		b->waiting = false;
+		b->failed = (edata->sqlerrcode != ERRCODE_T_R_SERIALIZATION_FAILURE &&
+					 edata->sqlerrcode != ERRCODE_T_R_DEADLOCK_DETECTED &&
+					 edata->sqlerrcode != ERRCODE_LOCK_NOT_AVAILABLE &&
+					 edata->sqlerrcode != ERRCODE_QUERY_CANCELED);
 		ereport(LOG,
 				(errmsg("leapfrog: background batch failed: %s", edata->message)));
 	}
 	PG_END_TRY();
-	release_ranges(migration_id);
-	if (analyze_later != NIL)
+}
+
+/*
+ * After a batch failed on a row error: migrate its rows one by one, each in
+ * a transaction, to find the row that cannot be migrated, and fail the
+ * migration on it.  False if it did.
+ */
+static bool
+fail_on_bad_row(Batch *b)
+{
+	volatile int i;
+
+	for (i = 0; i < b->claim.n; i++)
 	{
-		List	   *targets = analyze_later;
+		ItemPointer tid = &b->claim.tids[i];
+		LfMigration *mig;
+		char	   *volatile msg = NULL;
+		char	   *iname;
 
-		analyze_later = NIL;
-		analyze_completed(migration_id, analyze_owner, targets);
-	}
-
-	tids = batch.tids;
-	n = batch.n;
-	batch.tids = NULL;
-	if (failed_batch && n > 0)
-	{
-		/* Find the row that cannot be migrated, and fail the migration on it. */
-		volatile int i;
-
-		for (i = 0; i < n; i++)
+		StartTransactionCommand();
+		PushActiveSnapshot(GetTransactionSnapshot());
+		lf_cache_load();
+		mig = lf_migration_by_id(b->migration_id);
+		/* names are unreadable once the transaction is aborted */
+		iname = MemoryContextStrdup(TopMemoryContext,
+									get_rel_name(b->input) ? get_rel_name(b->input) : "?");
+		PG_TRY();
 		{
-			volatile bool bad = false;
-			char	   *volatile msg = NULL;
+			if (mig)
+				(void) lf_migrate_rows(mig, b->input, tid, 1);
+			PopActiveSnapshot();
+			CommitTransactionCommand();
+		}
+		PG_CATCH();
+		{
+			ErrorData  *e = lf_abort_with_error(TopMemoryContext, false, NULL);
 
-			char	   *volatile iname;
-
+			msg = psprintf("input row (%u,%u) of %s: %s",
+						   ItemPointerGetBlockNumberNoCheck(tid),
+						   ItemPointerGetOffsetNumberNoCheck(tid), iname, e->message);
+		}
+		PG_END_TRY();
+		pfree(iname);
+		if (msg)
+		{
 			StartTransactionCommand();
 			PushActiveSnapshot(GetTransactionSnapshot());
-			lf_cache_load();
-			mig = lf_migration_by_id(migration_id);
-			/* names are unreadable once the transaction is aborted */
-			iname = MemoryContextStrdup(TopMemoryContext,
-										get_rel_name(input) ? get_rel_name(input) : "?");
-			PG_TRY();
-			{
-				if (mig)
-					(void) lf_migrate_rows(mig, input, &tids[i], 1);
-				PopActiveSnapshot();
-				CommitTransactionCommand();
-			}
-			PG_CATCH();
-			{
-				ErrorData  *e;
-
-				e = abort_with_error();
-				bad = true;
-				msg = psprintf("input row (%u,%u) of %s: %s",
-							   ItemPointerGetBlockNumberNoCheck(&tids[i]),
-							   ItemPointerGetOffsetNumberNoCheck(&tids[i]),
-							   iname, e->message);
-			}
-			PG_END_TRY();
-			if (bad)
-			{
-				StartTransactionCommand();
-				PushActiveSnapshot(GetTransactionSnapshot());
-				lf_catalog_mark_failed(migration_id, msg);
-				PopActiveSnapshot();
-				CommitTransactionCommand();
-				ereport(LOG, (errmsg("leapfrog: migration failed: %s", msg)));
-				pfree(tids);
-				return false;
-			}
+			lf_catalog_mark_failed(b->migration_id, msg);
+			PopActiveSnapshot();
+			CommitTransactionCommand();
+			ereport(LOG, (errmsg("leapfrog: migration failed: %s", msg)));
+			return false;
 		}
 	}
-	if (tids)
-		pfree(tids);
-	return !waiting && (more || !failed_batch);
+	return true;
+}
+
+/*
+ * One background batch of a migration.  Returns true if the migration has
+ * more work or was completed now; false if it failed, or if this worker
+ * has nothing to do until another one ends the pass (the caller sleeps).
+ */
+static bool
+worker_batch(int migration_id)
+{
+	Batch		b = {.migration_id = migration_id};
+	bool		go_on;
+
+	run_batch(&b);
+	release_ranges(migration_id);
+	if (b.analyze != NIL)
+		analyze_completed(migration_id, b.owner, b.analyze);
+	go_on = !b.waiting && (b.more || !b.failed);
+	if (b.failed && b.claim.n > 0 && !fail_on_bad_row(&b))
+		go_on = false;
+	if (b.claim.tids)
+		pfree(b.claim.tids);
+	return go_on;
 }
 
 /* Migrations of this database that want the worker, and how long to sleep. */
