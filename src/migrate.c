@@ -856,85 +856,66 @@ check_completions(QueryDesc *qd)
 	use_snapshot(qd, RegisterSnapshot(GetTransactionSnapshot()), false, false);
 }
 
-static void
-prepare_statement(QueryDesc *qd, List *items)
+/* The TidSet of input in sets, made if missing. */
+static TidSet *
+set_for(List **sets, Oid input)
 {
-	bool		xact = IsolationUsesXactSnapshot();
-	Snapshot	q = qd->snapshot;
+	TidSet	   *set;
+	ListCell   *ls;
+
+	foreach(ls, *sets)
+		if (((TidSet *) lfirst(ls))->input == input)
+			return lfirst(ls);
+	set = palloc0(sizeof(TidSet));
+	set->cxt = CurrentMemoryContext;
+	set->input = input;
+	*sets = lappend(*sets, set);
+	return set;
+}
+
+/*
+ * One round of the live relevance plans (see "Snapshots" above): the rows
+ * they find, per input, in *sets.  Whether they found any.
+ */
+static bool
+relevance_round(QueryDesc *qd, List *live, Snapshot snap, bool xact, List **sets)
+{
+	Snapshot	latest = xact ? RegisterSnapshot(GetLatestSnapshot()) : NULL;
+	bool		any = false;
 	ListCell   *lc;
-	List	   *live = NIL;
-	List	   *before_start = NIL;
-	bool		over = false;
-	bool		migrated = false;
-	int			round;
-	bool		all_standalone = true;
 
-	/* Lock the inputs first: this also makes our cache current. */
-	foreach(lc, items)
-		LockRelationOid(lf_item_input(lfirst(lc)), AccessShareLock);
-	if (!lf_cache_valid)
-		lf_cache_load();
-
-	/* What state of each migration the statement's snapshot sees */
-	foreach(lc, items)
+	foreach(lc, live)
 	{
 		List	   *item = lfirst(lc);
-		LfMigration *mig = lf_migration_by_input(lf_item_input(item));
+		TidSet	   *set = set_for(sets, lf_item_input(item));
 
-		if (mig == NULL || mig->id != lf_item_migration(item))
-			over = true;		/* completed since the plan was made */
-		else if (xact && !lf_xact_visible(&mig->started, q))
-		{
-			if (by_key(item))
-				before_start = lappend(before_start, item);
-		}
-		else
-		{
-			live = lappend(live, item);
-			all_standalone &= lf_item_standalone(item);
-		}
+		run_relevance(item, xact && by_key(item) ? latest : snap, qd->params, set);
+		any |= set->n > 0;
 	}
-	if (over || lf_recent_done != NIL)
-		check_completions(qd);
-	if (before_start != NIL)
-		check_before_start(qd, before_start);
-	if (live == NIL)
-	{
-		if (over && !xact && qd->snapshot == q)
-			use_snapshot(qd, RegisterSnapshot(GetTransactionSnapshot()), false, false);
-		return;
-	}
+	if (latest)
+		UnregisterSnapshot(latest);
+	return any;
+}
+
+/*
+ * Migrate the rows the live relevance plans find, round after round, until
+ * a round finds none; then the statement runs on that round's snapshot
+ * (under REPEATABLE READ, on its own if nothing was migrated).
+ */
+static void
+migrate_rounds(QueryDesc *qd, List *live, bool xact, bool all_standalone)
+{
+	Snapshot	q = qd->snapshot;
+	bool		migrated = false;
+	int			round;
+	ListCell   *lc;
 
 	for (round = 0;; round++)
 	{
 		Snapshot	snap = round_snapshot(q, xact, migrated);
-		Snapshot	latest = xact ? RegisterSnapshot(GetLatestSnapshot()) : NULL;
 		List	   *sets = NIL;
-		bool		any = false;
 
-		foreach(lc, live)
-		{
-			List	   *item = lfirst(lc);
-			Oid			input = lf_item_input(item);
-			TidSet	   *set = NULL;
-			ListCell   *ls;
-
-			foreach(ls, sets)
-				if (((TidSet *) lfirst(ls))->input == input)
-					set = lfirst(ls);
-			if (set == NULL)
-			{
-				set = palloc0(sizeof(TidSet));
-				set->cxt = CurrentMemoryContext;
-				set->input = input;
-				sets = lappend(sets, set);
-			}
-			run_relevance(item, xact && by_key(item) ? latest : snap, qd->params, set);
-			any |= set->n > 0;
-		}
-		if (latest)
-			UnregisterSnapshot(latest);
-		if (!any)
+		if (!relevance_round(qd, live, snap, xact, &sets))
 		{
 			/* Every needed row is visible in snap: run the statement on it. */
 			if (xact && !migrated)
@@ -974,6 +955,52 @@ prepare_statement(QueryDesc *qd, List *items)
 			return;
 		}
 	}
+}
+
+static void
+prepare_statement(QueryDesc *qd, List *items)
+{
+	bool		xact = IsolationUsesXactSnapshot();
+	Snapshot	q = qd->snapshot;
+	ListCell   *lc;
+	List	   *live = NIL;
+	List	   *before_start = NIL;
+	bool		over = false;
+	bool		all_standalone = true;
+
+	/* Lock the inputs first: this also makes our cache current. */
+	foreach(lc, items)
+		LockRelationOid(lf_item_input(lfirst(lc)), AccessShareLock);
+	if (!lf_cache_valid)
+		lf_cache_load();
+
+	/* What state of each migration the statement's snapshot sees */
+	foreach(lc, items)
+	{
+		List	   *item = lfirst(lc);
+		LfMigration *mig = lf_migration_by_input(lf_item_input(item));
+
+		if (mig == NULL || mig->id != lf_item_migration(item))
+			over = true;		/* completed since the plan was made */
+		else if (xact && !lf_xact_visible(&mig->started, q))
+		{
+			if (by_key(item))
+				before_start = lappend(before_start, item);
+		}
+		else
+		{
+			live = lappend(live, item);
+			all_standalone &= lf_item_standalone(item);
+		}
+	}
+	if (over || lf_recent_done != NIL)
+		check_completions(qd);
+	if (before_start != NIL)
+		check_before_start(qd, before_start);
+	if (live != NIL)
+		migrate_rounds(qd, live, xact, all_standalone);
+	else if (over && !xact && qd->snapshot == q)
+		use_snapshot(qd, RegisterSnapshot(GetTransactionSnapshot()), false, false);
 }
 
 static void

@@ -58,6 +58,7 @@ typedef struct RelCtx
 	List	   *inputs;			/* input OID per item */
 	List	   *descs;			/* description per item */
 	List	   *kinds;			/* LfItemKind per item */
+	List	   *fkeys;			/* LfForeignKey * whose referencing rows are needed */
 } RelCtx;
 
 static void collect_level(Query *level, RelCtx *cx);
@@ -575,6 +576,75 @@ contain_multiexpr(Node *node)
 }
 
 /*
+ * The conflict condition of one unique index of the result relation r:
+ * the AND of "mapping key column = key written" (mapping at range table
+ * index mrti), or NIL if the statement writes no key of the index, or a
+ * NULL one (never conflicts).  *unknown: a key cannot be computed before
+ * the statement runs (volatile, correlated, exclusion or expression
+ * indexes, NULLS NOT DISTINCT).
+ */
+static List *
+index_conflict(Query *level, int r, Relation rel, Relation idx, int mrti, bool *unknown)
+{
+	Form_pg_index ind = idx->rd_index;
+	bool		is_insert = (level->commandType == CMD_INSERT);
+	bool		touches = is_insert;
+	List	   *conj = NIL;
+	int			k;
+
+	if (ind->indisexclusion)
+		*unknown = true;
+	if (!ind->indisunique || ind->indisexclusion)
+		return NIL;
+	if (ind->indnullsnotdistinct || !heap_attisnull(idx->rd_indextuple, Anum_pg_index_indexprs, NULL))
+	{
+		*unknown = true;
+		return NIL;
+	}
+	for (k = 0; k < ind->indnkeyatts; k++)
+	{
+		AttrNumber	attno = ind->indkey.values[k];
+		Form_pg_attribute att = TupleDescAttr(RelationGetDescr(rel), attno - 1);
+		Expr	   *e = NULL;
+		ListCell   *lc;
+		Oid			opno;
+		Expr	   *clause;
+
+		foreach(lc, level->targetList)
+		{
+			TargetEntry *tle = lfirst(lc);
+
+			if (tle->resno == attno && !tle->resjunk)
+			{
+				e = copyObject(tle->expr);
+				touches = true;
+			}
+		}
+		if (e == NULL)
+		{
+			if (is_insert)
+				return NIL;		/* NULL: never conflicts */
+			e = (Expr *) makeVar(r, attno, att->atttypid, att->atttypmod, att->attcollation, 0);
+		}
+		opno = get_opfamily_member(idx->rd_opfamily[k], idx->rd_opcintype[k],
+								   idx->rd_opcintype[k], BTEqualStrategyNumber);
+		if (contain_volatile_functions((Node *) e) || has_outer_or_bad_refs((Node *) e, 0) ||
+			contain_multiexpr((Node *) e) || !OidIsValid(opno))
+		{
+			*unknown = true;	/* a key we cannot compute beforehand */
+			return NIL;
+		}
+		clause = make_opclause(opno, BOOLOID, false,
+							   (Expr *) makeVar(mrti, attno, att->atttypid, att->atttypmod,
+												att->attcollation, 0),
+							   e, InvalidOid, idx->rd_indcollation[k]);
+		set_opfuncid((OpExpr *) clause);
+		conj = lappend(conj, clause);
+	}
+	return touches ? conj : NIL;
+}
+
+/*
  * Rows whose unique keys could conflict with the keys an INSERT writes, or
  * an UPDATE writes into a unique column.  r is the result relation.
  */
@@ -587,77 +657,16 @@ key_relevance(Query *level, int r, RelCtx *cx)
 	List	   *disjuncts = NIL;
 	bool		unknown = false;
 	ListCell   *lc;
-	bool		is_insert = (level->commandType == CMD_INSERT);
 
 	foreach(lc, RelationGetIndexList(rel))
 	{
 		Relation	idx = index_open(lfirst_oid(lc), AccessShareLock);
-		Form_pg_index ind = idx->rd_index;
-		List	   *conj = NIL;
-		bool		touches = is_insert;
-		bool		skip = false;
-		int			k;
+		List	   *conj = index_conflict(level, r, rel, idx, mrti, &unknown);
 
-		if (ind->indisexclusion)
-			unknown = true;
-		if (!ind->indisunique || ind->indisexclusion)
-		{
-			index_close(idx, AccessShareLock);
-			continue;
-		}
-		if (ind->indnullsnotdistinct || !heap_attisnull(idx->rd_indextuple, Anum_pg_index_indexprs, NULL))
-			unknown = true;
-		for (k = 0; k < ind->indnkeyatts && !unknown; k++)
-		{
-			AttrNumber	attno = ind->indkey.values[k];
-			Form_pg_attribute att = TupleDescAttr(RelationGetDescr(rel), attno - 1);
-			Expr	   *e = NULL;
-			ListCell   *lc2;
-			Oid			opno;
-			Expr	   *clause;
-
-			foreach(lc2, level->targetList)
-			{
-				TargetEntry *tle = lfirst(lc2);
-
-				if (tle->resno == attno && !tle->resjunk)
-				{
-					e = copyObject(tle->expr);
-					touches = true;
-				}
-			}
-			if (e == NULL)
-			{
-				if (is_insert)
-				{
-					skip = true;	/* NULL: never conflicts */
-					break;
-				}
-				e = (Expr *) makeVar(r, attno, att->atttypid, att->atttypmod, att->attcollation, 0);
-			}
-			if (contain_volatile_functions((Node *) e) || has_outer_or_bad_refs((Node *) e, 0) ||
-				contain_multiexpr((Node *) e))
-			{
-				/* a key we cannot compute beforehand */
-				unknown = true;
-				break;
-			}
-			opno = get_opfamily_member(idx->rd_opfamily[k], idx->rd_opcintype[k],
-									   idx->rd_opcintype[k], BTEqualStrategyNumber);
-			if (!OidIsValid(opno))
-			{
-				unknown = true;
-				break;
-			}
-			clause = make_opclause(opno, BOOLOID, false,
-								   (Expr *) makeVar(mrti, attno, att->atttypid, att->atttypmod,
-													att->attcollation, 0),
-								   e, InvalidOid, idx->rd_indcollation[k]);
-			set_opfuncid((OpExpr *) clause);
-			conj = lappend(conj, clause);
-		}
 		index_close(idx, AccessShareLock);
-		if (!skip && touches && conj != NIL && !unknown)
+		if (unknown)
+			break;
+		if (conj != NIL)
 			disjuncts = lappend(disjuncts, make_ands_explicit(conj));
 	}
 	table_close(rel, AccessShareLock);
@@ -723,7 +732,8 @@ assigns_any(List *targetList, const AttrNumber *keys, int n)
  * The rows of fk's child that reference the rows of the result relation r
  * that level deletes or updates: SELECT the mapping's ctids FROM the
  * level's own FROM, joined with the mapping on the key, WHERE the level's
- * conjuncts.  Whole child table where that cannot be built.  No privilege
+ * conjuncts; whole, or where that cannot be built: the whole child table
+ * (level is then not read).  No privilege
  * of the caller's is checked on the child: the key's own statements run as
  * the table's owner.
  */
@@ -731,8 +741,10 @@ static void
 referencing_rows(Query *level, int r, LfForeignKey *fk, bool whole, RelCtx *cx)
 {
 	RangeTblEntry *child = target_rte(fk->child, 0);
-	Oid			parent = rt_fetch(r, level->rtable)->relid;
+	Oid			parent = whole ? InvalidOid : rt_fetch(r, level->rtable)->relid;
 	ListCell   *lc;
+
+	cx->fkeys = list_append_unique_ptr(cx->fkeys, fk);
 
 	foreach(lc, lf_mappings_for_target(fk->child))
 	{
@@ -1078,37 +1090,17 @@ standalone(Query *q)
 	return rt_fetch(rtr->rtindex, q->rtable)->rtekind == RTE_SUBQUERY;
 }
 
-static PlannedStmt *
-lf_planner(Query *parse, const char *query_string, int cursorOptions,
-		   ParamListInfo boundParams)
+/*
+ * The new tables a plan reads.  The plan's flattened range table also holds
+ * the tables of inlined SQL functions.  (Not relationOids: it also lists
+ * regclass constants.)
+ */
+static List *
+targets_in_plan(PlannedStmt *stmt)
 {
-	Query	   *copy = NULL;
-	PlannedStmt *stmt;
 	List	   *targets = NIL;
 	ListCell   *lc;
-	RelCtx		cx = {0};
-	List	   *items = NIL;
-	ListCell   *lq,
-			   *li,
-			   *ld,
-			   *lk;
 
-	if (!lf_any_active())
-		return prev_planner ? prev_planner(parse, query_string, cursorOptions, boundParams)
-			: standard_planner(parse, query_string, cursorOptions, boundParams);
-
-	/* statements on new tables; writes of tables their foreign keys reference */
-	if (refs_target_walker((Node *) parse, NULL) ||
-		((parse->commandType != CMD_SELECT || parse->hasModifyingCTE) &&
-		 refs_parent_walker((Node *) parse, NULL)))
-		copy = copyObject(parse);
-	stmt = prev_planner ? prev_planner(parse, query_string, cursorOptions, boundParams)
-		: standard_planner(parse, query_string, cursorOptions, boundParams);
-
-	/*
-	 * The plan's flattened range table also holds the tables of inlined SQL
-	 * functions.  (Not relationOids: it also lists regclass constants.)
-	 */
 	foreach(lc, stmt->rtable)
 	{
 		RangeTblEntry *rte = lfirst(lc);
@@ -1116,55 +1108,79 @@ lf_planner(Query *parse, const char *query_string, int cursorOptions,
 		if (rte->rtekind == RTE_RELATION && lf_is_target(rte->relid))
 			targets = list_append_unique_oid(targets, rte->relid);
 	}
-	if ((targets == NIL && copy == NULL) || stmt->commandType == CMD_UTILITY)
-		return stmt;
+	return targets;
+}
 
-	/*
-	 * Lock the retired inputs before reading or planning over them: the
-	 * planner opens relations it did not get from the rewriter without a
-	 * lock, and a migration seen as running may be completing right now
-	 * (completion drops the inputs only when it can lock them, which these
-	 * locks, held to transaction end, prevent).  Taking the locks also
-	 * processes invalidations, so the cache may say the migration is done.
-	 */
+/*
+ * Lock the retired inputs of the targets before reading or planning over
+ * them: the planner opens relations it did not get from the rewriter
+ * without a lock, and a migration seen as running may be completing right
+ * now (completion drops the inputs only when it can lock them, which these
+ * locks, held to transaction end, prevent).  Taking the locks also
+ * processes invalidations, so the cache may say the migration is done:
+ * the targets still under migration.
+ */
+static List *
+lock_live_targets(List *targets)
+{
+	List	   *live = NIL;
+	ListCell   *lc;
+
+	foreach(lc, targets)
 	{
-		List	   *live = NIL;
+		LfMigration *mig = lf_migration_by_target(lfirst_oid(lc));
+		ListCell   *li;
 
-		foreach(lc, targets)
-		{
-			LfMigration *mig = lf_migration_by_target(lfirst_oid(lc));
-			ListCell   *li2;
-
-			if (mig)
-				foreach(li2, mig->inputs)
-					(void) lf_lock_input_if_exists(lfirst_oid(li2), AccessShareLock);
-		}
-		if (!lf_cache_valid)
-			lf_cache_load();
-		foreach(lc, targets)
-			if (lf_is_target(lfirst_oid(lc)))
-				live = lappend_oid(live, lfirst_oid(lc));
-		targets = live;
-		if (targets == NIL && copy == NULL)
-			return stmt;
+		if (mig)
+			foreach(li, mig->inputs)
+				(void) lf_lock_input_if_exists(lfirst_oid(li), AccessShareLock);
 	}
+	if (!lf_cache_valid)
+		lf_cache_load();
+	foreach(lc, targets)
+		if (lf_is_target(lfirst_oid(lc)))
+			live = lappend_oid(live, lfirst_oid(lc));
+	return live;
+}
+
+/*
+ * The relevance queries of a statement (copy: its Query, or NULL) that
+ * reads the given targets.  Past MAX_ITEMS, whole inputs instead.
+ */
+static void
+collect_items(Query *copy, List *targets, RelCtx *cx)
+{
+	ListCell   *lc;
 
 	if (copy)
-		collect_level(copy, &cx);
+		collect_level(copy, cx);
 	/* targets met only in the flattened range table: inlined SQL functions, read only */
 	foreach(lc, targets)
-		if (!list_member_oid(cx.found, lfirst_oid(lc)))
-			whole_table(&cx, lfirst_oid(lc), NULL, LF_NEEDS_ROWS);
-	if (list_length(cx.queries) > MAX_ITEMS)
+		if (!list_member_oid(cx->found, lfirst_oid(lc)))
+			whole_table(cx, lfirst_oid(lc), NULL, LF_NEEDS_ROWS);
+	if (list_length(cx->queries) > MAX_ITEMS)
 	{
 		RelCtx		all = {0};
 
 		foreach(lc, targets)
 			whole_table(&all, lfirst_oid(lc), NULL, LF_NEEDS_KEYS);
-		cx = all;
+		foreach(lc, cx->fkeys)
+			referencing_rows(NULL, 0, lfirst(lc), true, &all);
+		*cx = all;
 	}
+}
 
-	forfour(lq, cx.queries, li, cx.inputs, ld, cx.descs, lk, cx.kinds)
+/* Plan the relevance queries, as items of the LeapfrogMigrate node. */
+static List *
+plan_items(RelCtx *cx, PlannedStmt *stmt, ParamListInfo boundParams)
+{
+	List	   *items = NIL;
+	ListCell   *lq,
+			   *li,
+			   *ld,
+			   *lk;
+
+	forfour(lq, cx->queries, li, cx->inputs, ld, cx->descs, lk, cx->kinds)
 	{
 		Query	   *q = lfirst(lq);
 		PlannedStmt *rs;
@@ -1186,6 +1202,40 @@ lf_planner(Query *parse, const char *query_string, int cursorOptions,
 		Assert(list_length(item) == LF_ITEM_NFIELDS);
 		items = lappend(items, item);
 	}
+	return items;
+}
+
+static PlannedStmt *
+lf_planner(Query *parse, const char *query_string, int cursorOptions,
+		   ParamListInfo boundParams)
+{
+	Query	   *copy = NULL;
+	PlannedStmt *stmt;
+	List	   *targets;
+	RelCtx		cx = {0};
+	List	   *items;
+
+	if (!lf_any_active())
+		return prev_planner ? prev_planner(parse, query_string, cursorOptions, boundParams)
+			: standard_planner(parse, query_string, cursorOptions, boundParams);
+
+	/* statements on new tables; writes of tables their foreign keys reference */
+	if (refs_target_walker((Node *) parse, NULL) ||
+		((parse->commandType != CMD_SELECT || parse->hasModifyingCTE) &&
+		 refs_parent_walker((Node *) parse, NULL)))
+		copy = copyObject(parse);
+	stmt = prev_planner ? prev_planner(parse, query_string, cursorOptions, boundParams)
+		: standard_planner(parse, query_string, cursorOptions, boundParams);
+	if (stmt->commandType == CMD_UTILITY)
+		return stmt;
+	targets = targets_in_plan(stmt);
+	if (targets == NIL && copy == NULL)
+		return stmt;
+	targets = lock_live_targets(targets);
+	if (targets == NIL && copy == NULL)
+		return stmt;
+	collect_items(copy, targets, &cx);
+	items = plan_items(&cx, stmt, boundParams);
 	return items ? lf_wrap_plan(stmt, items) : stmt;
 }
 

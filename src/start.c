@@ -195,11 +195,6 @@ run_stmt(StartState *st, RawStmt *rs)
  * ---------------------------------------------------------------------
  */
 /*
- * From the analysed INSERT INTO target SELECT ... FROM input, build the
- * mapping Query: SELECT <one expression per attribute of target, in
- * attribute order, coerced as the INSERT coerces>, ctid FROM input WHERE ...
- */
-/*
  * Whole-row references and system columns other than ctid: the migration
  * step computes the images from the rows it deletes (migrate.c), which
  * carry the columns and ctid only.
@@ -215,35 +210,15 @@ reads_system_column(Node *node, void *context)
 	return expression_tree_walker(node, reads_system_column, context);
 }
 
-static Query *
-build_mapping(StartState *st, Query *ins, Oid *input_out)
+/*
+ * What a mapping's SELECT may be: a single-table read with immutable
+ * filters, nothing that depends on more than one input row.  Its input's
+ * range table entry.
+ */
+static RangeTblEntry *
+check_mapping_select(StartState *st, Query *sel)
 {
-	RangeTblEntry *target_rte = rt_fetch(ins->resultRelation, ins->rtable);
-	RangeTblRef *rtr;
-	RangeTblEntry *srte;
 	RangeTblEntry *in;
-	Query	   *sel;
-	Relation	target;
-	TupleDesc	desc;
-	List	   *tlist = NIL;
-	int			attno;
-
-	if (!list_member_oid(st->created, target_rte->relid))
-		refuse(errmsg("mapping into table \"%s\" is not supported",
-					  get_rel_name(target_rte->relid)),
-			   errdetail("A mapping must insert into a table created by the same script."));
-	if (ins->onConflict || ins->returningList || ins->cteList)
-		refuse(errmsg("INSERT with ON CONFLICT, RETURNING or WITH is not supported in a leapfrog script"));
-	if (list_length(ins->jointree->fromlist) != 1 ||
-		!IsA(linitial(ins->jointree->fromlist), RangeTblRef))
-		refuse(errmsg("INSERT without a SELECT from a table is not supported in a leapfrog script"),
-			   errhint("Insert constant rows after the migration has started."));
-	rtr = linitial(ins->jointree->fromlist);
-	srte = rt_fetch(rtr->rtindex, ins->rtable);
-	if (srte->rtekind != RTE_SUBQUERY)
-		refuse(errmsg("INSERT ... VALUES is not supported in a leapfrog script"),
-			   errhint("Insert constant rows after the migration has started."));
-	sel = copyObject(srte->subquery);
 
 	if (sel->cteList || sel->setOperations)
 		refuse(errmsg("WITH and set operations are not supported in a mapping"));
@@ -282,13 +257,92 @@ build_mapping(StartState *st, Query *ins, Oid *input_out)
 			   errhint("Chained migrations are not supported yet: wait for the running migration with leapfrog.wait()."));
 	if (get_rel_persistence(in->relid) == RELPERSISTENCE_TEMP)
 		refuse(errmsg("mapping input \"%s\" is a temporary table", get_rel_name(in->relid)));
-	in->inh = false;
 	if (reads_system_column(sel->jointree->quals, NULL))
 		refuse(errmsg("the filter of a mapping reads a system column or a whole row"),
 			   errdetail("A mapping may read the input's columns and ctid."));
 	if (contain_mutable_functions(sel->jointree->quals))
 		refuse(errmsg("the filter of a mapping must be immutable"),
 			   errdetail("Rows are migrated later than start(); only immutable expressions give the eager result."));
+	return in;
+}
+
+/*
+ * The value the INSERT gives attribute att of target, over the mapping's
+ * SELECT: its expression, or a NULL (the INSERT's defaults are already in
+ * its target list); immutable, and reading nothing but the input's columns.
+ */
+static Node *
+mapping_column(Query *ins, RangeTblRef *rtr, RangeTblEntry *srte, Query *sel,
+			   Relation target, Form_pg_attribute att)
+{
+	Node	   *expr = NULL;
+	ListCell   *lc;
+
+	if (att->attgenerated)
+		refuse(errmsg("generated column \"%s\" is not supported in a mapping target",
+					  NameStr(att->attname)));
+	foreach(lc, ins->targetList)
+	{
+		TargetEntry *tle = lfirst(lc);
+
+		if (tle->resno == att->attnum && !tle->resjunk)
+			expr = (Node *) copyObject(tle->expr);
+	}
+	if (expr)
+		expr = ReplaceVarsFromTargetList(expr, rtr->rtindex, 0, srte, sel->targetList,
+										 REPLACEVARS_REPORT_ERROR, 0, NULL);
+	else if (att->attisdropped)
+		expr = (Node *) makeNullConst(INT4OID, -1, InvalidOid);
+	else
+		expr = (Node *) makeNullConst(att->atttypid, att->atttypmod, att->attcollation);
+	if (reads_system_column(expr, NULL))
+		refuse(errmsg("the value of column \"%s\" in the mapping into \"%s\" reads a system column or a whole row",
+					  NameStr(att->attname), RelationGetRelationName(target)),
+			   errdetail("A mapping may read the input's columns and ctid."));
+	if (contain_mutable_functions(expr))
+		refuse(errmsg("the value of column \"%s\" in the mapping into \"%s\" is not immutable",
+					  NameStr(att->attname), RelationGetRelationName(target)),
+			   errdetail("Rows are migrated later than start(); only immutable expressions and defaults give the eager result."),
+			   errhint("Compute the column with immutable expressions, or fill it after the migration is done."));
+	return expr;
+}
+
+/*
+ * From the analysed INSERT INTO target SELECT ... FROM input, build the
+ * mapping Query: SELECT <one expression per attribute of target, in
+ * attribute order, coerced as the INSERT coerces>, ctid FROM input WHERE ...
+ */
+static Query *
+build_mapping(StartState *st, Query *ins, Oid *input_out)
+{
+	RangeTblEntry *target_rte = rt_fetch(ins->resultRelation, ins->rtable);
+	RangeTblRef *rtr;
+	RangeTblEntry *srte;
+	RangeTblEntry *in;
+	Query	   *sel;
+	Relation	target;
+	TupleDesc	desc;
+	List	   *tlist = NIL;
+	int			attno;
+
+	if (!list_member_oid(st->created, target_rte->relid))
+		refuse(errmsg("mapping into table \"%s\" is not supported",
+					  get_rel_name(target_rte->relid)),
+			   errdetail("A mapping must insert into a table created by the same script."));
+	if (ins->onConflict || ins->returningList || ins->cteList)
+		refuse(errmsg("INSERT with ON CONFLICT, RETURNING or WITH is not supported in a leapfrog script"));
+	if (list_length(ins->jointree->fromlist) != 1 ||
+		!IsA(linitial(ins->jointree->fromlist), RangeTblRef))
+		refuse(errmsg("INSERT without a SELECT from a table is not supported in a leapfrog script"),
+			   errhint("Insert constant rows after the migration has started."));
+	rtr = linitial(ins->jointree->fromlist);
+	srte = rt_fetch(rtr->rtindex, ins->rtable);
+	if (srte->rtekind != RTE_SUBQUERY)
+		refuse(errmsg("INSERT ... VALUES is not supported in a leapfrog script"),
+			   errhint("Insert constant rows after the migration has started."));
+	sel = copyObject(srte->subquery);
+	in = check_mapping_select(st, sel);
+	in->inh = false;
 
 	target = table_open(target_rte->relid, AccessShareLock);
 	desc = RelationGetDescr(target);
@@ -298,37 +352,10 @@ build_mapping(StartState *st, Query *ins, Oid *input_out)
 	for (attno = 1; attno <= desc->natts; attno++)
 	{
 		Form_pg_attribute att = TupleDescAttr(desc, attno - 1);
-		Node	   *expr = NULL;
-		ListCell   *lc;
 
-		if (att->attgenerated)
-			refuse(errmsg("generated column \"%s\" is not supported in a mapping target",
-						  NameStr(att->attname)));
-		foreach(lc, ins->targetList)
-		{
-			TargetEntry *tle = lfirst(lc);
-
-			if (tle->resno == attno && !tle->resjunk)
-				expr = (Node *) copyObject(tle->expr);
-		}
-		if (expr)
-			expr = ReplaceVarsFromTargetList(expr, rtr->rtindex, 0, srte, sel->targetList,
-											 REPLACEVARS_REPORT_ERROR, 0, NULL);
-		else if (att->attisdropped)
-			expr = (Node *) makeNullConst(INT4OID, -1, InvalidOid);
-		else
-			expr = (Node *) makeNullConst(att->atttypid, att->atttypmod, att->attcollation);
-		if (reads_system_column(expr, NULL))
-			refuse(errmsg("the value of column \"%s\" in the mapping into \"%s\" reads a system column or a whole row",
-						  NameStr(att->attname), RelationGetRelationName(target)),
-				   errdetail("A mapping may read the input's columns and ctid."));
-		if (contain_mutable_functions(expr))
-			refuse(errmsg("the value of column \"%s\" in the mapping into \"%s\" is not immutable",
-						  NameStr(att->attname), RelationGetRelationName(target)),
-				   errdetail("Rows are migrated later than start(); only immutable expressions and defaults give the eager result."),
-				   errhint("Compute the column with immutable expressions, or fill it after the migration is done."));
-		tlist = lappend(tlist, makeTargetEntry((Expr *) expr, attno,
-											   pstrdup(NameStr(att->attname)), false));
+		tlist = lappend(tlist,
+						makeTargetEntry((Expr *) mapping_column(ins, rtr, srte, sel, target, att),
+										attno, pstrdup(NameStr(att->attname)), false));
 	}
 	tlist = lappend(tlist,
 					makeTargetEntry((Expr *) makeVar(1, SelfItemPointerAttributeNumber,
@@ -587,21 +614,11 @@ lock_dropped_tables(StartState *st)
 	}
 }
 
+/* Run the script's statements in order: DDL, mappings, retirements. */
 static void
-switch_attempt(void *arg)
+run_script(StartState *st)
 {
-	StartState *st = arg;
 	ListCell   *lc;
-	ListCell   *lc2;
-
-	st->created = st->retired = st->retired_names = st->mappings = NIL;
-
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-
-	lock_dropped_tables(st);
-
-	st->migration_id = lf_catalog_add_migration(st->name, GetUserId(), st->script);
 
 	foreach(lc, st->stmts)
 	{
@@ -645,8 +662,14 @@ switch_attempt(void *arg)
 				break;			/* refused before the attempt */
 		}
 	}
+}
 
-	/* Every mapping's input must have been retired by the script. */
+/* Every mapping's input must have been retired by the script. */
+static void
+check_inputs_retired(StartState *st)
+{
+	ListCell   *lc;
+
 	foreach(lc, st->mappings)
 	{
 		PendingMapping *pm = lfirst(lc);
@@ -659,8 +682,15 @@ switch_attempt(void *arg)
 		if (!OidIsValid(get_rel_namespace(pm->target)))
 			refuse(errmsg("mapping target dropped by the same script"));
 	}
+}
 
-	/* Record inputs and mappings. */
+/* The catalog rows of the migration: its inputs and mappings. */
+static void
+record_migration(StartState *st)
+{
+	ListCell   *lc,
+			   *lc2;
+
 	forboth(lc, st->retired, lc2, st->retired_names)
 		lf_catalog_add_input(st->migration_id, lfirst_oid(lc), (char *) lfirst(lc2));
 	foreach(lc, st->mappings)
@@ -671,6 +701,22 @@ switch_attempt(void *arg)
 	}
 	if (st->mappings == NIL)
 		lf_catalog_mark_started_done(st->migration_id);
+}
+
+/* One attempt at the switch, in a subtransaction (lf_with_lock_retries). */
+static void
+switch_attempt(void *arg)
+{
+	StartState *st = arg;
+
+	st->created = st->retired = st->retired_names = st->mappings = NIL;
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	lock_dropped_tables(st);
+	st->migration_id = lf_catalog_add_migration(st->name, GetUserId(), st->script);
+	run_script(st);
+	check_inputs_retired(st);
+	record_migration(st);
 	SPI_finish();
 }
 
