@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # test.sh: the body of `make test`.
 #
-# Builds and installs the extension, then runs, each against its own
-# temporary instance configured by test/leapfrog.conf:
-#   1. the pg_regress suite        test/regress   (sql/, expected/, schedule)
-#   2. the isolation suite         test/isolation (specs/, expected/, schedule)
-#   3. the TAP tests               test/t/*.pl    (if any)
-#   4. the Python tests            test/python    (if present; .venv's pytest)
-# and ends with one line "N passed, N failed" summing all suites.
+# Builds (warnings are errors here) and installs the extension, then runs
+#   1. the pg_regress suite        test/regress   (make installcheck, REGRESS)
+#   2. the isolation suite         test/isolation (make installcheck, ISOLATION)
+#   3. the TAP tests               test/t/*.pl    (make installcheck, TAP_TESTS)
+#   4. the Python tests            test/python, bench/tests (.venv's pytest)
+# each against temporary instances configured by test/leapfrog.conf (the
+# Makefile declares the suites, as PGXS expects: packagers run them with
+# `make installcheck`), and ends with one line "N passed, N failed" summing
+# all suites.
 #
 # PostgreSQL refuses to run initdb as root: as root, the suites run as the
 # postgres OS user on a copy of the tree in a scratch directory under /tmp
@@ -24,12 +26,9 @@ SUITES=${LEAPFROG_SUITES:-regress isolation tap python}
 
 PG_CONFIG=${PG_CONFIG:-pg_config}
 PG_BINDIR=$("$PG_CONFIG" --bindir)
-PGXS_DIR=$("$PG_CONFIG" --pkglibdir)/pgxs
-PG_REGRESS=$PGXS_DIR/src/test/regress/pg_regress
-PG_ISOLATION_REGRESS=$PGXS_DIR/src/test/isolation/pg_isolation_regress
 
 echo "== build and install"
-if ! make -s || ! make -s install; then
+if ! make -s WERROR=-Werror || ! make -s install; then
     echo "build or install failed (make install writes into $("$PG_CONFIG" --pkglibdir) and $("$PG_CONFIG" --sharedir)/extension: run as root)"
     echo "0 passed, 1 failed"
     exit 1
@@ -40,7 +39,8 @@ WORK=$(mktemp -d /tmp/leapfrog-test.XXXXXX)
 # Never leave a temporary server behind (interrupted run, crashed suite).
 stop_servers() {
     local pidfile
-    for pidfile in "$WORK"/*_instance/data/postmaster.pid "$WORK"/tap/tmp_check/*/pgdata/postmaster.pid; do
+    for pidfile in "$WORK"/repo/test/*/tmp_check*/data/postmaster.pid \
+                   "$WORK"/repo/tmp_check/*/pgdata/postmaster.pid; do
         [ -f "$pidfile" ] && kill -QUIT "$(head -n 1 "$pidfile")" 2>/dev/null
     done
     return 0
@@ -86,7 +86,7 @@ TOTAL_FAIL=0
 FAILED_SUITES=()
 
 # Count pg_regress-style result lines ("test x ... ok", "... FAILED").
-count_regress() {   # $1 = suite name, $2 = log, $3 = exit code, $4 = outputdir, $5 = temp instance
+count_regress() {   # $1 = suite name, $2 = log, $3 = exit code, $4 = outputdir
     local ok failed
     ok=$(grep -cE '\.\.\. ok( |$)' "$2")
     failed=$(grep -cE '\.\.\. (FAILED|failed)' "$2")
@@ -101,7 +101,7 @@ count_regress() {   # $1 = suite name, $2 = log, $3 = exit code, $4 = outputdir,
             echo "---- $1: regression.diffs"
             head -n 3000 "$4/regression.diffs"
         fi
-        for log in "$4/log/postmaster.log" "$5/log/postmaster.log"; do
+        for log in "$4/log/postmaster.log"; do
             if [ -f "$log" ]; then
                 echo "---- $1: last lines of the server log"
                 tail -n 60 "$log"
@@ -111,25 +111,26 @@ count_regress() {   # $1 = suite name, $2 = log, $3 = exit code, $4 = outputdir,
 }
 
 R=$WORK/repo/test
-CONF=$R/leapfrog.conf
+
+# One kind of the Makefile's suites: make installcheck with the others off.
+installcheck() {   # $1 = kind: REGRESS, ISOLATION or TAP_TESTS; then make variables
+    local off=() k kind=$1
+    shift
+    for k in REGRESS ISOLATION TAP_TESTS; do [ "$k" = "$kind" ] || off+=("$k="); done
+    (cd "$WORK/repo" && as_runner make -s installcheck PG_CONFIG="$PG_CONFIG" "${off[@]}" "$@")
+}
 
 for suite in $SUITES; do
 case $suite in
 regress)
     echo "== pg_regress: test/regress"
-    as_runner "$PG_REGRESS" \
-        --temp-instance="$WORK/regress_instance" --temp-config="$CONF" \
-        --bindir="$PG_BINDIR" --inputdir="$R/regress" --outputdir="$WORK/regress_out" \
-        --dbname=contrib_regression --schedule="$R/regress/schedule" 2>&1 | tee "$WORK/regress.log"
-    count_regress regress "$WORK/regress.log" "${PIPESTATUS[0]}" "$WORK/regress_out" "$WORK/regress_instance"
+    installcheck REGRESS 2>&1 | tee "$WORK/regress.log"
+    count_regress regress "$WORK/regress.log" "${PIPESTATUS[0]}" "$R/regress"
     ;;
 isolation)
     echo "== isolation: test/isolation"
-    as_runner "$PG_ISOLATION_REGRESS" \
-        --temp-instance="$WORK/isolation_instance" --temp-config="$CONF" \
-        --bindir="$PG_BINDIR" --inputdir="$R/isolation" --outputdir="$WORK/isolation_out" \
-        --dbname=isolation_regression --schedule="$R/isolation/schedule" 2>&1 | tee "$WORK/isolation.log"
-    count_regress isolation "$WORK/isolation.log" "${PIPESTATUS[0]}" "$WORK/isolation_out" "$WORK/isolation_instance"
+    installcheck ISOLATION 2>&1 | tee "$WORK/isolation.log"
+    count_regress isolation "$WORK/isolation.log" "${PIPESTATUS[0]}" "$R/isolation/output_iso"
     ;;
 tap)
     shopt -s nullglob
@@ -137,11 +138,7 @@ tap)
     shopt -u nullglob
     [ "${#tap_files[@]}" -gt 0 ] || continue
     echo "== TAP: test/t"
-    mkdir -p "$WORK/tap"
-    [ "$(id -u)" -ne 0 ] || chown postgres: "$WORK/tap"
-    (cd "$R/.." && as_runner env TESTDIR="$WORK/tap" PG_REGRESS="$PG_REGRESS" \
-        PERL5LIB="$PGXS_DIR/src/test/perl${PERL5LIB:+:$PERL5LIB}" \
-        prove -v test/t/*.pl) 2>&1 | tee "$WORK/tap.log"
+    installcheck TAP_TESTS PROVE_FLAGS=-v 2>&1 | tee "$WORK/tap.log"
     rc=${PIPESTATUS[0]}
     ok=$(grep -cE '^ok [0-9]+' "$WORK/tap.log")
     failed=$(grep -cE '^not ok [0-9]+' "$WORK/tap.log")
@@ -149,7 +146,7 @@ tap)
     TOTAL_PASS=$((TOTAL_PASS + ok)); TOTAL_FAIL=$((TOTAL_FAIL + failed))
     if [ "$rc" -ne 0 ]; then
         FAILED_SUITES+=(tap)
-        for f in "$WORK"/tap/tmp_check/log/*; do
+        for f in "$WORK"/repo/tmp_check/log/*; do
             [ -f "$f" ] && { echo "---- TAP log $f (tail)"; tail -n 40 "$f"; }
         done
     fi
