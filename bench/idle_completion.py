@@ -21,16 +21,16 @@ import statistics
 import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-
-from run import ensure_venv  # noqa: E402
+from run import ensure_venv  # noqa: E402  (run.py, beside this file, also finds python/)
 
 ensure_venv()
 
 import psycopg  # noqa: E402
 
-from leapfrog_bench import cluster as clustermod, tpcc  # noqa: E402
+from leapfrog_cluster import Cluster, extension_installed  # noqa: E402
+
+from leapfrog_bench import tpcc  # noqa: E402
+from leapfrog_bench.settings import default_settings  # noqa: E402
 from leapfrog_bench.migrations import MIGRATIONS  # noqa: E402
 
 TEMPLATE = "idle_tmpl"
@@ -100,16 +100,16 @@ def main():
                     help="server setting (repeatable)")
     args = ap.parse_args()
 
-    if not clustermod.extension_installed():
+    if not extension_installed():
         sys.exit("idle_completion: the leapfrog extension is not installed (make install)")
-    settings = clustermod.default_settings()
+    settings = default_settings()
     settings["leapfrog.background_delay"] = "0"
     for kv in args.set:
         k, _, v = kv.partition("=")
         settings[k] = v
     mig = MIGRATIONS[args.migration]
     eager, lazy = [], []
-    with clustermod.Cluster(settings=settings, preload_leapfrog=True) as cl:
+    with Cluster(settings=settings, preload=True) as cl:
         cl.wait_ready()
         tpcc.create_template(cl, TEMPLATE, args.warehouses, leapfrog=True)
         for r in range(args.rounds):

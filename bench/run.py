@@ -16,6 +16,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 VENV = os.path.join(REPO, ".venv")
+# the project's shared Python modules (throwaway clusters)
+sys.path.insert(0, os.path.join(REPO, "python"))
 
 
 def ensure_venv():
@@ -72,7 +74,6 @@ def main():
     args = ap.parse_args()
 
     ensure_venv()
-    sys.path.insert(0, HERE)
     from leapfrog_bench.profiles import PROFILES
     from leapfrog_bench.runner import Runner, try_install
 

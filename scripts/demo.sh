@@ -2,7 +2,7 @@
 # Leapfrog demo: a live TPC-C load, a table split applied with leapfrog.start,
 # the switch time, a progress bar until the data has moved, the load's error
 # count, and a check of the result against the eager migration.
-# Usage: scripts/demo.sh [--warehouses N] [--rate TPS]   (see scripts/demo.py -h)
+# Usage: scripts/demo.sh [--warehouses N] [--rate TPS]   (see bench/demo.py -h)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO="$(pwd)"
@@ -24,4 +24,4 @@ else
     export LEAPFROG_DEMO_INSTALL_LOG="$INSTALL_LOG"
 fi
 
-exec "$REPO/.venv/bin/python" "$REPO/scripts/demo.py" "$@"
+exec "$REPO/.venv/bin/python" "$REPO/bench/demo.py" "$@"

@@ -14,7 +14,9 @@ import psycopg
 
 from . import metrics, plots, report, tpcc
 from .waits import WaitSampler, summarize
-from .cluster import Cluster, default_settings
+from leapfrog_cluster import Cluster
+
+from .settings import default_settings
 from .migrations import MIGRATIONS
 from .strategies import DRIVERS, LAZY, probe_lazy_support
 from .workload import PgbenchRun
@@ -235,7 +237,7 @@ class Runner:
                 raise
             self.log(f"  {mname:9s} {strat:10s} failed: {type(e).__name__}: {e}; restarting server")
             try:
-                self.cluster.restart()
+                self.cluster.restart(mode="immediate")
                 self._set_background(True)
             except Exception as e2:  # noqa: BLE001
                 self.log(f"    restart failed: {e2}")

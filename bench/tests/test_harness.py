@@ -3,13 +3,10 @@ pgbench log parsing, stall / window figures, migration script splitting.
 Run: .venv/bin/python -m pytest bench/tests -q"""
 import gzip
 import os
-import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-
-from leapfrog_bench import metrics, report  # noqa: E402
-from leapfrog_bench.migrations import MIGRATIONS  # noqa: E402
-from leapfrog_bench.workload import parse_logs  # noqa: E402
+from leapfrog_bench import metrics, report
+from leapfrog_bench.migrations import MIGRATIONS
+from leapfrog_bench.workload import parse_logs
 
 
 def test_parse_logs(tmp_path):

@@ -21,7 +21,7 @@ import pytest
 
 from appload import (ACCT_MIGRATION, Writers, acct_eager, create_data,
                      order_eager, start_migrations)
-from conftest import (MOCK, RETIRED_SQL, needs_real_extension,
+from support import (MOCK, RETIRED_SQL, needs_real_extension,
                       retired_tables_after_completion, wait_until)
 
 N_ACCT = 100_000

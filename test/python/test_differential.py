@@ -27,7 +27,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from conftest import MOCK, RETIRED_SQL, needs_real_extension
+from support import MOCK, RETIRED_SQL, needs_real_extension
 
 UTC = dt.timezone.utc
 

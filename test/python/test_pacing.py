@@ -10,7 +10,7 @@ never be; both migrations end with every row migrated exactly once.
 
 import time
 
-from conftest import needs_real_extension, retired_tables_after_completion, wait_until
+from support import needs_real_extension, retired_tables_after_completion, wait_until
 
 ROWS = 20_000
 HOLD_S = 0.6     # how long the worker waits for the lock: its batch's time off the CPU

@@ -23,7 +23,7 @@ from decimal import Decimal
 
 import psycopg
 
-from conftest import MOCK, needs_real_extension, retired_tables_after_completion
+from support import MOCK, needs_real_extension, retired_tables_after_completion
 
 N = 100_000
 GROUP = 100            # transfers stay within a group of 100 consecutive ids

@@ -11,7 +11,7 @@ dropped database's slot is given up: no worker is launched for it again.
 
 import time
 
-from conftest import needs_real_extension, wait_until
+from support import needs_real_extension, wait_until
 
 SCRIPT = ("CREATE TABLE {new} (id int PRIMARY KEY, v int NOT NULL); "
           "INSERT INTO {new} SELECT id, v FROM {old}; DROP TABLE {old};")

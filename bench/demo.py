@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Leapfrog demo (run it through scripts/demo.sh, which builds the extension).
+"""Leapfrog demo (`make demo` runs it through scripts/demo.sh, which builds
+the extension), on the benchmark's TPC-C harness.
 
 On a throwaway PostgreSQL 15 cluster with leapfrog preloaded:
  1. load TPC-C (W=50 by default: 1.5M customers);
@@ -24,13 +25,15 @@ import threading
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(REPO, "bench"))
+# the project's shared Python modules (throwaway clusters)
+sys.path.insert(0, os.path.join(REPO, "python"))
 
 import psycopg  # noqa: E402
+from leapfrog_cluster import Cluster, extension_installed  # noqa: E402
 
 from leapfrog_bench import tpcc  # noqa: E402
-from leapfrog_bench.cluster import Cluster, default_settings, extension_installed  # noqa: E402
 from leapfrog_bench.migrations import MIGRATIONS  # noqa: E402
+from leapfrog_bench.settings import default_settings  # noqa: E402
 from leapfrog_bench.workload import PgbenchRun  # noqa: E402
 
 MIG = MIGRATIONS["split"]
@@ -152,7 +155,7 @@ def main():
     W = args.warehouses
     say(f"Leapfrog demo: TPC-C W={W} ({W * 30000:,} customers); output in {out}")
     cl = Cluster(settings=default_settings("6GB" if W >= 20 else "2GB"),
-                 preload_leapfrog=have_ext, log=say)
+                 preload=have_ext, log=say)
     load = None
     try:
         cl.init().start()
