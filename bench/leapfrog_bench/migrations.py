@@ -10,6 +10,7 @@
 - a probe query on the new schema: "the new schema answers".
 """
 import os
+import re
 
 from .tpcc import read_sql
 
@@ -141,6 +142,56 @@ SELECT * FROM (
     return n, done
 
 
+_MARK = re.compile(r"^\s*--@ (\S+)\s*$")
+
+
+def _override_fragments(text):
+    """The fragments of a migration's tx.sql: name -> its lines (each from a
+    line "--@ name" up to the next such line); the comment before the first
+    is returned under None."""
+    frags, name = {None: []}, None
+    for line in text.splitlines(keepends=True):
+        m = _MARK.match(line)
+        if m:
+            name = m.group(1)
+            frags[name] = []
+        else:
+            frags[name].append(line)
+    return frags
+
+
+def app_code(name):
+    """The new application code of a migration, deployed with it: the
+    functions of tx_base.sql that hold a fragment its tx.sql replaces
+    ("--@ name" ... "--@ end" there), with the fragments replaced and the
+    markers dropped."""
+    overrides = _override_fragments(read_sql(name, "tx.sql"))
+    out, seen = list(overrides[None]), set()
+    for fn in re.split(r"(?m)^(?=CREATE OR REPLACE FUNCTION )", read_sql("tx_base.sql")):
+        if not fn.startswith("CREATE"):
+            continue
+        lines, inside, changed = [], None, False
+        for line in fn.splitlines(keepends=True):
+            m = _MARK.match(line)
+            if m and inside is None:
+                inside = m.group(1)
+                seen.add(inside)
+                if inside in overrides:
+                    lines += overrides[inside]
+                    changed = True
+            elif m:
+                inside = None
+            elif inside is None or inside not in overrides:
+                lines.append(line)
+        if changed:
+            out.append("".join(lines).rstrip() + "\n\n")
+    unknown = set(overrides) - seen - {None}
+    if unknown:
+        raise ValueError("%s/tx.sql replaces fragments tx_base.sql lacks: %s"
+                         % (name, ", ".join(sorted(unknown))))
+    return "".join(out)
+
+
 class Migration:
     def __init__(self, name, inputs, outputs, eager_lock, probe_sql, batch, copy_rows_sql, title):
         self.name = name
@@ -156,7 +207,7 @@ class Migration:
         return read_sql(self.name, "script.sql")
 
     def tx(self):
-        return read_sql(self.name, "tx.sql")
+        return app_code(self.name)
 
     def statements(self):
         return _statements(self.script())

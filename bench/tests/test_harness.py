@@ -192,3 +192,26 @@ def test_stall_waits_name_what_the_stall_samples_show():
                    "2/3 samples: client backend Lock/relation SELECT tpcc_payment(1, 10);",
                    "1/3 samples: leapfrog worker running"]
     assert summarize(samples, 20.0, 21.0) == []
+
+
+def test_app_code_replaces_fragments_of_the_base():
+    """Each migration's application code is tx_base.sql with the fragments its
+    tx.sql names replaced: only the functions holding them are deployed, the
+    markers are gone, and the old tables are no longer named where the new
+    schema replaced them."""
+    import re
+    from leapfrog_bench.migrations import app_code
+    expected = {"split": {"tpcc_new_order_impl", "tpcc_payment_impl", "tpcc_order_status_impl",
+                          "tpcc_delivery_impl"},
+                "aggregate": {"tpcc_new_order_impl", "tpcc_delivery_impl"},
+                "join": {"tpcc_new_order_impl", "tpcc_order_status_impl", "tpcc_delivery_impl",
+                         "tpcc_stock_level_impl"}}
+    for name, functions in expected.items():
+        code = app_code(name)
+        assert set(re.findall(r"CREATE OR REPLACE FUNCTION (\w+)", code)) == functions, name
+        assert "--@" not in code, name
+    assert not re.search(r"\b(FROM|UPDATE) customer\b", app_code("split"))
+    assert "INSERT INTO order_total" in app_code("aggregate")
+    join = "".join(ln for ln in app_code("join").splitlines(keepends=True)
+                   if not ln.lstrip().startswith("--"))
+    assert not re.search(r"\b(stock|order_line)\b", join.replace("orderline_stock", ""))
