@@ -382,6 +382,15 @@ lf_cache_load(void)
 	MemoryContextSwitchTo(old);
 }
 
+/* Is any migration active?  With none, the hooks' whole cost. */
+bool
+lf_any_active(void)
+{
+	if (!lf_cache_valid)
+		lf_cache_load();
+	return lf_active != NIL;
+}
+
 LfMigration *
 lf_migration_by_input(Oid input)
 {

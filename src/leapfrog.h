@@ -3,7 +3,8 @@
  *	  Shared declarations of the leapfrog extension.
  *
  * Files and what they own:
- *	leapfrog.c	module load, GUCs, hook installation, shared memory
+ *	init.c		module load: hook installation, shared memory, the launcher
+ *	guc.c		the settings (leapfrog.*), and whether the module was preloaded
  *	catalog.c	the catalog tables: every read and write, and the backend-local
  *				cache of active migrations and its invalidation
  *	snapshot.c	which migration state a statement's snapshot sees
@@ -24,6 +25,7 @@
 
 #include "postgres.h"
 
+#include "access/xact.h"
 #include "executor/execdesc.h"
 #include "miscadmin.h"
 #include "nodes/parsenodes.h"
@@ -68,7 +70,7 @@ lf_unbecome(LfSavedUser saved)
 	SetUserIdAndSecContext(saved.user, saved.sec);
 }
 
-/* GUCs (leapfrog.c) */
+/* GUCs (guc.c) */
 extern bool lf_background;
 extern int	lf_background_delay;
 extern int	lf_batch_size;
@@ -82,7 +84,32 @@ extern int	lf_lock_retries;
 
 extern bool lf_loaded;			/* true when preloaded */
 extern void lf_require_preload(void);
-extern ErrorData *lf_abort_with_error(MemoryContext cxt, bool subxact, ResourceOwner owner);
+extern void lf_define_gucs(void);
+
+/*
+ * In a PG_CATCH block: the error, copied into cxt, and what failed rolled
+ * back: the internal subtransaction the caller began (subxact; then cxt and
+ * owner are made current again, as they were before it began), or the
+ * transaction (a background worker's own).
+ */
+static inline ErrorData *
+lf_abort_with_error(MemoryContext cxt, bool subxact, ResourceOwner owner)
+{
+	ErrorData  *edata;
+
+	MemoryContextSwitchTo(cxt);
+	edata = CopyErrorData();
+	FlushErrorState();
+	if (subxact)
+	{
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(cxt);
+		CurrentResourceOwner = owner;
+	}
+	else
+		AbortCurrentTransaction();
+	return edata;
+}
 
 /* catalog.c */
 typedef struct LfMapping
@@ -136,13 +163,7 @@ extern List *lf_active;			/* LfMigration *, running or failed */
 extern List *lf_recent_done;	/* LfMigration *, done, not yet seen by every snapshot */
 extern void lf_cache_init(void);
 extern void lf_cache_load(void);
-static inline bool
-lf_any_active(void)
-{
-	if (!lf_cache_valid)
-		lf_cache_load();
-	return lf_active != NIL;
-}
+extern bool lf_any_active(void);
 extern LfMigration *lf_migration_by_id(int id);
 extern LfMigration *lf_migration_by_input(Oid input);
 extern LfMigration *lf_migration_by_target(Oid target);

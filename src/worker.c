@@ -1,6 +1,6 @@
 /*-------------------------------------------------------------------------
  * worker.c
- *	  Background migration: a launcher, workers per database, completion.
+ *	  Background migration: a launcher, and workers per database.
  *
  * The launcher is a static background worker (restarted after a crash).
  * At startup it asks for workers in every database that accepts

@@ -1,25 +1,17 @@
 /*-------------------------------------------------------------------------
- * leapfrog.c
- *	  Module load: GUCs, hooks, shared memory and the background launcher;
- *	  and the error helper every file's PG_CATCH blocks share.
+ * guc.c
+ *	  The extension's settings (leapfrog.*), and whether it was preloaded.
  *
  * Leapfrog must be loaded through shared_preload_libraries: it needs shared
  * memory for its worker slots and a static launcher worker, and every
  * backend must run its hooks from the first statement on.  Loading it any
  * other way leaves the hooks uninstalled, and the SQL functions refuse to
- * work (lf_require_preload).
+ * work (lf_require_preload).  What each setting does: README.md.
  *-------------------------------------------------------------------------
  */
 #include "leapfrog.h"
 
-#include "access/xact.h"
-#include "fmgr.h"
-#include "miscadmin.h"
-#include "storage/ipc.h"
 #include "utils/guc.h"
-#include "utils/resowner.h"
-
-PG_MODULE_MAGIC;
 
 bool		lf_background = true;
 int			lf_background_delay = 1000;
@@ -32,27 +24,6 @@ int			lf_lock_retries = 40;
 
 bool		lf_loaded = false;
 
-static shmem_request_hook_type prev_shmem_request_hook = NULL;
-static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
-
-void		_PG_init(void);
-
-static void
-lf_shmem_request_hook(void)
-{
-	if (prev_shmem_request_hook)
-		prev_shmem_request_hook();
-	lf_shmem_request();
-}
-
-static void
-lf_shmem_startup_hook(void)
-{
-	if (prev_shmem_startup_hook)
-		prev_shmem_startup_hook();
-	lf_shmem_startup();
-}
-
 void
 lf_require_preload(void)
 {
@@ -63,37 +34,10 @@ lf_require_preload(void)
 				 errhint("Add leapfrog to shared_preload_libraries and restart the server.")));
 }
 
-/*
- * In a PG_CATCH block: the error, copied into cxt, and what failed rolled
- * back: the internal subtransaction the caller began (subxact; then cxt and
- * owner are made current again, as they were before it began), or the
- * transaction (a background worker's own).
- */
-ErrorData *
-lf_abort_with_error(MemoryContext cxt, bool subxact, ResourceOwner owner)
-{
-	ErrorData  *edata;
-
-	MemoryContextSwitchTo(cxt);
-	edata = CopyErrorData();
-	FlushErrorState();
-	if (subxact)
-	{
-		RollbackAndReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(cxt);
-		CurrentResourceOwner = owner;
-	}
-	else
-		AbortCurrentTransaction();
-	return edata;
-}
-
+/* Called once, by _PG_init at preload. */
 void
-_PG_init(void)
+lf_define_gucs(void)
 {
-	if (!process_shared_preload_libraries_in_progress)
-		return;
-
 	DefineCustomBoolVariable("leapfrog.background",
 							 "Migrate the remaining rows in the background.",
 							 NULL, &lf_background, true,
@@ -129,19 +73,5 @@ _PG_init(void)
 							NULL, &lf_lock_retries, 40, 1, 100000,
 							PGC_USERSET, 0, NULL, NULL, NULL);
 	MarkGUCPrefixReserved("leapfrog");
-
-	prev_shmem_request_hook = shmem_request_hook;
-	shmem_request_hook = lf_shmem_request_hook;
-	prev_shmem_startup_hook = shmem_startup_hook;
-	shmem_startup_hook = lf_shmem_startup_hook;
-
-	lf_cache_init();
-	lf_register_scan_methods();
-	lf_install_planner_hook();
-	lf_install_estimate_hook();
-	lf_install_executor_hook();
-	lf_install_utility_hook();
-	lf_register_launcher();
-
 	lf_loaded = true;
 }
