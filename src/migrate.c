@@ -880,7 +880,7 @@ set_for(List **sets, Oid input)
 static bool
 relevance_round(QueryDesc *qd, List *live, Snapshot snap, bool xact, List **sets)
 {
-	Snapshot	latest = xact ? RegisterSnapshot(GetLatestSnapshot()) : NULL;
+	Snapshot	latest = NULL;
 	bool		any = false;
 	ListCell   *lc;
 
@@ -889,6 +889,8 @@ relevance_round(QueryDesc *qd, List *live, Snapshot snap, bool xact, List **sets
 		List	   *item = lfirst(lc);
 		TidSet	   *set = set_for(sets, lf_item_input(item));
 
+		if (xact && by_key(item) && latest == NULL)
+			latest = RegisterSnapshot(GetLatestSnapshot());
 		run_relevance(item, xact && by_key(item) ? latest : snap, qd->params, set);
 		any |= set->n > 0;
 	}
