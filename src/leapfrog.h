@@ -9,6 +9,7 @@
  *				cache of active migrations and its invalidation
  *	snapshot.c	which migration state a statement's snapshot sees
  *	start.c		leapfrog.start(): script analysis and the atomic switch
+ *	alter.c		which ALTER TABLE commands in a script are catalog changes
  *	relevance.c	planner hook: which input rows a statement needs
  *	estimate.c	planner size estimates of new tables while they fill
  *	scan.c		the LeapfrogMigrate custom scan that carries that plan
@@ -189,6 +190,9 @@ extern void lf_catalog_set_total(int migration_id, int64 total);
 extern int64 lf_catalog_progress_sum(int migration_id);
 extern List *lf_catalog_done_inputs(MemoryContext cxt);
 extern void lf_catalog_log_progress(int migration_id, int64 n);
+
+/* alter.c */
+extern void lf_check_instant_alter(AlterTableStmt *stmt, Oid relid, const char *text);
 
 /* relevance.c */
 extern void lf_install_planner_hook(void);

@@ -9,6 +9,8 @@
  * thing whatever search_path later sessions use); each DROP TABLE of a
  * mapping's input retires the table instead: it is renamed and moved to
  * schema leapfrog_retired, keeping its data until the migration is done.
+ * ALTER TABLE on a table holding rows runs only if it is a catalog change
+ * (alter.c).
  *
  * Everything happens in the caller's transaction, so start() is all or
  * nothing.  The whole switch runs in a subtransaction with a short
@@ -36,6 +38,7 @@
 #include "optimizer/optimizer.h"
 #include "parser/parser.h"
 #include "parser/parsetree.h"
+#include "parser/scansup.h"
 #include "rewrite/rewriteHandler.h"
 #include "rewrite/rewriteManip.h"
 #include "storage/lmgr.h"
@@ -164,9 +167,12 @@ remember_oid(StartState *st, List **list, Oid oid)
 static char *
 stmt_text(StartState *st, RawStmt *rs)
 {
-	int			len = rs->stmt_len ? rs->stmt_len : (int) strlen(st->script + rs->stmt_location);
+	const char *text = st->script + rs->stmt_location;
+	int			len = rs->stmt_len ? rs->stmt_len : (int) strlen(text);
 
-	return pnstrdup(st->script + rs->stmt_location, len);
+	while (len > 0 && scanner_isspace(*text))
+		text++, len--;
+	return pnstrdup(text, len);
 }
 
 /* Run one analysed statement of the script, as the caller, like exec_simple_query. */
@@ -563,8 +569,13 @@ do_drop(StartState *st, RawStmt *rs)
 	DropStmt   *drop = (DropStmt *) rs->stmt;
 	ListCell   *lc;
 
+	if (drop->removeType == OBJECT_INDEX)
+	{
+		run_stmt(st, rs);		/* a catalog change */
+		return;
+	}
 	if (drop->removeType != OBJECT_TABLE)
-		refuse(errmsg("only DROP TABLE is supported in a leapfrog script"));
+		refuse(errmsg("only DROP TABLE and DROP INDEX are supported in a leapfrog script"));
 	foreach(lc, drop->objects)
 	{
 		RangeVar   *rv = makeRangeVarFromNameList(lfirst(lc));
@@ -614,6 +625,37 @@ lock_dropped_tables(StartState *st)
 	}
 }
 
+/*
+ * ALTER TABLE runs as written: on a table the script created (empty until
+ * its mapping fills it), or, on a table holding rows, when PostgreSQL makes
+ * it a catalog change (alter.c).  A mapping is fixed when its INSERT runs,
+ * so neither its input nor its target may change after it.  Tables under a
+ * running migration are refused by the DDL guard (utility.c).
+ */
+static void
+check_alter(StartState *st, RawStmt *rs)
+{
+	AlterTableStmt *stmt = (AlterTableStmt *) rs->stmt;
+	Oid			relid = RangeVarGetRelid(stmt->relation, NoLock, stmt->missing_ok);
+	ListCell   *lc;
+
+	if (!OidIsValid(relid))
+		return;
+	foreach(lc, st->mappings)
+	{
+		PendingMapping *pm = lfirst(lc);
+
+		if (pm->input == relid || pm->target == relid)
+			refuse(errmsg("ALTER TABLE on table \"%s\" after a mapping that %s it is not supported",
+						  get_rel_name(relid), pm->input == relid ? "reads" : "fills"),
+				   errdetail("A mapping is fixed when its INSERT ... SELECT runs. Statement: %s",
+							 stmt_text(st, rs)),
+				   errhint("Put the ALTER TABLE before the INSERT ... SELECT."));
+	}
+	if (!list_member_oid(st->created, relid))
+		lf_check_instant_alter(stmt, relid, stmt_text(st, rs));
+}
+
 /* Run the script's statements in order: DDL, mappings, retirements. */
 static void
 run_script(StartState *st)
@@ -644,10 +686,13 @@ run_script(StartState *st)
 					run_stmt(st, rs);
 				}
 				break;
-			case T_RenameStmt:
-				if (((RenameStmt *) rs->stmt)->renameType != OBJECT_TABLE)
-					refuse(errmsg("only ALTER TABLE ... RENAME TO is supported in a leapfrog script"));
+			case T_AlterTableStmt:
+				check_alter(st, rs);
 				run_stmt(st, rs);
+				break;
+			case T_RenameStmt:
+			case T_CommentStmt:
+				run_stmt(st, rs);	/* catalog changes */
 				break;
 			case T_InsertStmt:
 				add_mapping(st, rs);
@@ -720,6 +765,35 @@ switch_attempt(void *arg)
 	SPI_finish();
 }
 
+static bool
+is_transaction_stmt(RawStmt *rs, TransactionStmtKind kind1, TransactionStmtKind kind2)
+{
+	return IsA(rs->stmt, TransactionStmt) &&
+		(((TransactionStmt *) rs->stmt)->kind == kind1 ||
+		 ((TransactionStmt *) rs->stmt)->kind == kind2);
+}
+
+/*
+ * Framework tools print a migration as BEGIN; ...; COMMIT; (Django's
+ * sqlmigrate, Alembic's offline mode).  start() already runs the script as
+ * one transaction, the caller's: the pair is dropped.  A lone BEGIN or
+ * COMMIT, or one in the middle, is refused with the other transaction
+ * control statements.
+ */
+static void
+strip_transaction_wrapper(StartState *st)
+{
+	if (list_length(st->stmts) >= 2 &&
+		is_transaction_stmt(linitial(st->stmts), TRANS_STMT_BEGIN, TRANS_STMT_START) &&
+		((TransactionStmt *) ((RawStmt *) linitial(st->stmts))->stmt)->options == NIL &&
+		is_transaction_stmt(llast(st->stmts), TRANS_STMT_COMMIT, TRANS_STMT_COMMIT) &&
+		!((TransactionStmt *) ((RawStmt *) llast(st->stmts))->stmt)->chain)
+	{
+		st->stmts = list_delete_last(st->stmts);
+		st->stmts = list_delete_first(st->stmts);
+	}
+}
+
 static void
 check_statement_kinds(StartState *st)
 {
@@ -737,10 +811,34 @@ check_statement_kinds(StartState *st)
 		{
 			case T_CreateStmt:
 			case T_IndexStmt:
-			case T_RenameStmt:
 			case T_InsertStmt:
 			case T_CreateTableAsStmt:
 			case T_DropStmt:
+				break;
+			case T_AlterTableStmt:
+				if (((AlterTableStmt *) rs->stmt)->objtype != OBJECT_TABLE)
+					refuse(errmsg("only ALTER TABLE is supported in a leapfrog script, not ALTER INDEX, VIEW or SEQUENCE"),
+						   errdetail("Statement: %s", stmt_text(st, rs)));
+				break;
+			case T_RenameStmt:
+				switch (((RenameStmt *) rs->stmt)->renameType)
+				{
+					case OBJECT_TABLE:
+					case OBJECT_COLUMN:
+					case OBJECT_TABCONSTRAINT:
+					case OBJECT_INDEX:
+						break;
+					default:
+						refuse(errmsg("only renames of tables, columns, constraints and indexes are supported in a leapfrog script"),
+							   errdetail("Statement: %s", stmt_text(st, rs)));
+				}
+				break;
+			case T_CommentStmt:
+				break;
+			case T_TransactionStmt:
+				refuse(errmsg("transaction control is not supported in a leapfrog script"),
+					   errdetail("Statement: %s", stmt_text(st, rs)),
+					   errhint("start() runs the script in the caller's transaction; BEGIN as the first statement with COMMIT as the last is accepted and ignored."));
 				break;
 			case T_UpdateStmt:
 			case T_DeleteStmt:
@@ -751,7 +849,7 @@ check_statement_kinds(StartState *st)
 			default:
 				refuse(errmsg("statement not supported in a leapfrog script"),
 					   errdetail("Statement: %s", stmt_text(st, rs)),
-					   errhint("A script may hold CREATE TABLE, CREATE INDEX, ALTER TABLE ... RENAME TO, INSERT ... SELECT, CREATE TABLE ... AS SELECT and DROP TABLE."));
+					   errhint("A script may hold CREATE TABLE, CREATE INDEX on its new tables, ALTER TABLE, renames, COMMENT, INSERT ... SELECT, CREATE TABLE ... AS SELECT, DROP TABLE and DROP INDEX."));
 		}
 	}
 }
@@ -784,6 +882,7 @@ leapfrog_start(PG_FUNCTION_ARGS)
 				 errhint("Choose another name.")));
 
 	st.stmts = raw_parser(st.script, RAW_PARSE_DEFAULT);
+	strip_transaction_wrapper(&st);
 	check_statement_kinds(&st);
 
 	lf_with_lock_retries(switch_attempt, &st, "the migration switch");

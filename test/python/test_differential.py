@@ -445,6 +445,7 @@ def gen_case(seed, snapshots=False):
         k = fkr.choice(creates)
         stmts[k] = stmts[k].replace(" (id int", " (id int REFERENCES owners (id) ON DELETE %s "
                                     "ON UPDATE %s" % (case.fk_action, case.fk_action), 1)
+    stmts = _with_alters(random.Random("alter-%d" % seed), stmts, src, case.src_cols)
     case.script = "\n".join(stmts)
     case.tables = tables
     case.snapshots = snapshots
@@ -463,6 +464,34 @@ def gen_case(seed, snapshots=False):
             spots = [i for i, w in enumerate(case.workload) if w.session == 0] or [0]
             case.workload.insert(fkr.choice(spots), st)
     return case
+
+
+def _with_alters(rng, stmts, src, src_cols):
+    """ALTER TABLE in the script, drawn from their own stream so that the
+    rest of a seed's case stays what it was: on the source before its
+    mapping reads it (a dropped column, and an added one whose value is
+    PostgreSQL's stored "missing" value: the retired table carries both to
+    the migration steps), and on a new table before its mapping fills it (a
+    column the INSERT leaves to its default)."""
+    if rng.random() >= 0.3:
+        return stmts
+    body = "\n".join(stmts)
+    pre = []
+    unused = [c for c, _ in src_cols if not re.search(r"\b%s\b" % c, body)]
+    if unused and rng.random() < 0.6:
+        pre.append("ALTER TABLE %s DROP COLUMN %s;" % (src, rng.choice(unused)))
+    if rng.random() < 0.6:
+        pre.append("ALTER TABLE %s ADD COLUMN lf_added int NOT NULL DEFAULT %d, "
+                   "ADD COLUMN lf_stamp timestamptz DEFAULT now();" % (src, rng.randint(0, 9)))
+    out = pre + list(stmts)
+    creates = [k for k, st in enumerate(out)
+               if st.startswith("CREATE TABLE ") and " AS " not in st]
+    if creates and rng.random() < 0.5:
+        k = rng.choice(creates)
+        name = out[k].split()[2]
+        out.insert(k + 1, "ALTER TABLE %s ADD COLUMN note text DEFAULT 'n'%s;"
+                   % (name, ", ALTER COLUMN id SET DEFAULT 0" if " (id " in out[k] else ""))
+    return out
 
 
 def _with_col_list(stmt, cols):
