@@ -4,17 +4,18 @@
  *	  catalog change, without reading the table.
  *
  * start() returns in milliseconds whatever the table sizes, so on a table
- * that holds rows a script may run an ALTER TABLE only if PostgreSQL
- * neither rewrites the table nor scans it to check its rows (ATRewriteTables,
- * phase 3 of ALTER TABLE) nor builds an index on it.  Those commands run as
- * written inside the switch, and the result is eager's by construction: it
- * is the same DDL.  Everything else is refused with 0A000 before any of its
- * work is done, naming the table pass it would need.
+ * that holds rows a script may run an ALTER TABLE as written only if
+ * PostgreSQL neither rewrites the table nor scans it to check its rows
+ * (ATRewriteTables, phase 3 of ALTER TABLE) nor builds an index on it.
+ * Those commands run inside the switch, and the result is eager's by
+ * construction: it is the same DDL.  For the others, start.c replaces the
+ * table lazily (replace.c); a subcommand this file does not know is refused
+ * with 0A000.
  *
  * The rules follow PostgreSQL 15's ALTER TABLE (tablecmds.c) and are pinned,
  * command by command, by the regression test alter_table, which checks that
- * an accepted command leaves the table's relfilenode and its scan count
- * unchanged.
+ * a command run as written leaves the table's relfilenode and its scan
+ * count unchanged.
  *
  * A table the same script created is empty until its mapping fills it:
  * any ALTER TABLE on it is instant, and start.c does not ask.
@@ -46,10 +47,10 @@
 #include "utils/typcache.h"
 
 /* Why a command is not instant: the table pass PostgreSQL would make */
-#define PASS_REWRITE "PostgreSQL rewrites the table for it"
-#define PASS_CHECK "PostgreSQL reads every row to check it"
-#define PASS_INDEX "PostgreSQL builds an index for it"
-#define PASS_UNKNOWN "it is not among the catalog changes Leapfrog runs"
+static const char PASS_REWRITE[] = "PostgreSQL would rewrite the table";
+static const char PASS_CHECK[] = "PostgreSQL would read every row to check it";
+static const char PASS_INDEX[] = "PostgreSQL would build an index";
+static const char PASS_UNKNOWN[] = "no table pass Leapfrog knows";
 
 /* serial, bigserial, ...: transformColumnDefinition turns them into nextval() */
 static bool
@@ -95,7 +96,7 @@ default_is_volatile(Node *raw, Oid typid, int32 typmod)
  * PostgreSQL look at every row.
  */
 static const char *
-add_column_pass(Relation rel, ColumnDef *col, const char **hint)
+add_column_pass(Relation rel, ColumnDef *col)
 {
 	Node	   *raw_default = col->raw_default;
 	bool		has_fkey = false;
@@ -103,7 +104,6 @@ add_column_pass(Relation rel, ColumnDef *col, const char **hint)
 	int32		typmod;
 	ListCell   *lc;
 
-	*hint = "Add the column without a default, or with a constant or STABLE one, then set the values after start().";
 	if (col->identity || col->generated || is_serial(col->typeName))
 		return PASS_REWRITE;
 	foreach(lc, col->constraints)
@@ -129,10 +129,8 @@ add_column_pass(Relation rel, ColumnDef *col, const char **hint)
 			case CONSTR_GENERATED:
 				return PASS_REWRITE;
 			case CONSTR_CHECK:
-				*hint = "Add the column, then ADD CONSTRAINT ... CHECK (...) NOT VALID, and VALIDATE CONSTRAINT after start().";
 				return PASS_CHECK;
 			default:
-				*hint = "Build the index with CREATE UNIQUE INDEX CONCURRENTLY after start(), then ADD CONSTRAINT ... UNIQUE USING INDEX.";
 				return PASS_INDEX;
 		}
 	}
@@ -143,7 +141,6 @@ add_column_pass(Relation rel, ColumnDef *col, const char **hint)
 		return PASS_REWRITE;
 	if (raw_default && has_fkey)
 	{
-		*hint = "Add the column and its default, then ADD CONSTRAINT ... FOREIGN KEY ... NOT VALID, and VALIDATE CONSTRAINT after start().";
 		return PASS_CHECK;
 	}
 	return NULL;
@@ -260,7 +257,7 @@ indexes_reusable(Relation rel, AttrNumber attnum, Oid newtype, Oid newcoll)
  * rebuilt, and no CHECK or foreign key must be checked again.
  */
 static const char *
-alter_type_pass(Relation rel, AlterTableCmd *cmd, const char **hint)
+alter_type_pass(Relation rel, AlterTableCmd *cmd)
 {
 	ColumnDef  *def = (ColumnDef *) cmd->def;
 	HeapTuple	tup = SearchSysCacheAttName(RelationGetRelid(rel), cmd->name);
@@ -271,7 +268,6 @@ alter_type_pass(Relation rel, AlterTableCmd *cmd, const char **hint)
 	Node	   *expr;
 	const char *pass = NULL;
 
-	*hint = "Write the change as a new table: CREATE TABLE, INSERT ... SELECT, DROP TABLE and ALTER TABLE ... RENAME TO, which Leapfrog migrates lazily.";
 	if (!HeapTupleIsValid(tup))
 		return NULL;			/* ALTER TABLE reports the missing column itself */
 	att = (Form_pg_attribute) GETSTRUCT(tup);
@@ -320,17 +316,15 @@ alter_type_pass(Relation rel, AlterTableCmd *cmd, const char **hint)
  * already, or PostgreSQL checks them).
  */
 static const char *
-add_constraint_pass(Relation rel, Constraint *con, const char **hint)
+add_constraint_pass(Relation rel, Constraint *con)
 {
 	switch (con->contype)
 	{
 		case CONSTR_CHECK:
 		case CONSTR_FOREIGN:
-			*hint = "Add it NOT VALID in the script, and run ALTER TABLE ... VALIDATE CONSTRAINT after start(): it checks the rows without blocking writes.";
 			return con->skip_validation ? NULL : PASS_CHECK;
 		case CONSTR_PRIMARY:
 		case CONSTR_UNIQUE:
-			*hint = "Build the index first with CREATE UNIQUE INDEX CONCURRENTLY, then ADD CONSTRAINT ... USING INDEX in the script.";
 			if (con->indexname == NULL)
 				return PASS_INDEX;
 			if (con->contype == CONSTR_PRIMARY)
@@ -356,13 +350,11 @@ add_constraint_pass(Relation rel, Constraint *con, const char **hint)
 					}
 					ReleaseSysCache(tup);
 					if (pass)
-						*hint = "Make the key columns NOT NULL first (CHECK (col IS NOT NULL) NOT VALID, VALIDATE CONSTRAINT, then SET NOT NULL), outside the script.";
 					return pass;
 				}
 			}
 			return NULL;
 		default:
-			*hint = NULL;
 			return PASS_INDEX;	/* EXCLUDE */
 	}
 }
@@ -373,22 +365,19 @@ add_constraint_pass(Relation rel, Constraint *con, const char **hint)
  * examined.
  */
 static const char *
-subcommand_pass(Relation rel, AlterTableCmd *cmd, const char **hint)
+subcommand_pass(Relation rel, AlterTableCmd *cmd)
 {
-	*hint = NULL;
 	switch (cmd->subtype)
 	{
 		case AT_AddColumn:
-			return add_column_pass(rel, (ColumnDef *) cmd->def, hint);
+			return add_column_pass(rel, (ColumnDef *) cmd->def);
 		case AT_AlterColumnType:
-			return alter_type_pass(rel, cmd, hint);
+			return alter_type_pass(rel, cmd);
 		case AT_AddConstraint:
-			return add_constraint_pass(rel, (Constraint *) cmd->def, hint);
+			return add_constraint_pass(rel, (Constraint *) cmd->def);
 		case AT_SetNotNull:
-			*hint = "Add CHECK (col IS NOT NULL) NOT VALID in the script; after start(), VALIDATE CONSTRAINT, then SET NOT NULL, which uses the validated constraint instead of a scan.";
 			return PASS_CHECK;
 		case AT_ValidateConstraint:
-			*hint = "Run VALIDATE CONSTRAINT after start(): it checks the rows without blocking writes.";
 			return PASS_CHECK;
 		case AT_ColumnDefault:
 		case AT_DropNotNull:
@@ -446,29 +435,36 @@ subcommand_name(AlterTableCmd *cmd)
 }
 
 /*
- * Refuse, with 0A000, an ALTER TABLE on table relid (which holds rows) that
- * PostgreSQL would not carry out as a catalog change.
+ * Whether PostgreSQL carries out an ALTER TABLE on table relid (which holds
+ * rows) as a catalog change.  If not, start.c replaces the table lazily
+ * (replace.c), unless no table pass explains the command: that is refused
+ * with 0A000.
  */
-void
-lf_check_instant_alter(AlterTableStmt *stmt, Oid relid, const char *text)
+bool
+lf_alter_is_instant(AlterTableStmt *stmt, Oid relid, const char *text, char **why)
 {
 	Relation	rel = table_open(relid, AccessShareLock);
+	bool		instant = true;
 	ListCell   *lc;
 
 	foreach(lc, stmt->cmds)
 	{
 		AlterTableCmd *cmd = lfirst(lc);
-		const char *hint;
-		const char *pass = subcommand_pass(rel, cmd, &hint);
+		const char *pass = subcommand_pass(rel, cmd);
 
-		if (pass)
+		if (pass == PASS_UNKNOWN)
 			ereport(ERROR,
 					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 					 errmsg("%s on table \"%s\" is not supported in a leapfrog script",
 							subcommand_name(cmd), RelationGetRelationName(rel)),
-					 errdetail("%s, which does not take milliseconds. Statement: %s",
-							   pass, text),
-					 hint ? errhint("%s", hint) : 0));
+					 errdetail("It is neither a catalog change nor a change Leapfrog can make by replacing the table lazily. Statement: %s",
+							   text)));
+		if (pass && instant)
+		{
+			instant = false;
+			*why = psprintf("%s: %s", subcommand_name(cmd), pass);
+		}
 	}
 	table_close(rel, AccessShareLock);
+	return instant;
 }

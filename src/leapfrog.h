@@ -10,6 +10,7 @@
  *	snapshot.c	which migration state a statement's snapshot sees
  *	start.c		leapfrog.start(): script analysis and the atomic switch
  *	alter.c		which ALTER TABLE commands in a script are catalog changes
+ *	replace.c	the lazy replacement of a table a script alters the slow way
  *	relevance.c	planner hook: which input rows a statement needs
  *	estimate.c	planner size estimates of new tables while they fill
  *	scan.c		the LeapfrogMigrate custom scan that carries that plan
@@ -192,7 +193,37 @@ extern List *lf_catalog_done_inputs(MemoryContext cxt);
 extern void lf_catalog_log_progress(int migration_id, int64 n);
 
 /* alter.c */
-extern void lf_check_instant_alter(AlterTableStmt *stmt, Oid relid, const char *text);
+extern bool lf_alter_is_instant(AlterTableStmt *stmt, Oid relid, const char *text, char **why);
+
+/* replace.c: a table replaced by an empty copy of itself and a mapping */
+typedef struct LfReplacement
+{
+	Oid			old;			/* the table replaced, retired by start.c */
+	Oid			clone;			/* its copy, which takes its name */
+	char	   *nspname;
+	char	   *relname;
+	int			nsource;		/* the clone's attributes 1..nsource copy ... */
+	AttrNumber *source;			/* ... these attributes of the old table */
+	Node	  **using_expr;		/* per copied attribute: raw USING, or NULL */
+	bool	   *retyped;		/* per copied attribute: its type changed */
+	bool		columns_changed;	/* a column was added, dropped or renamed */
+	List	   *pending_added;	/* (name, value) of columns being added ... */
+	List	   *added;			/* ... then (attnum, value): a Const */
+	/* read from the old table before it is retired */
+	List	   *fkeys;			/* "ADD CONSTRAINT ..." of its foreign keys */
+	List	   *settings;		/* "SET (...)", "ALTER COLUMN ... SET STATISTICS" */
+	List	   *comment;		/* its comment, if any */
+	List	   *index_names;	/* in the order of its index list */
+	List	   *identity;		/* (attnum, sequence name, last_value, is_called) */
+	Oid			owner;
+	char		replident;
+	char	   *replident_index;
+} LfReplacement;
+extern LfReplacement *lf_replace_begin(Oid relid, const char *why);
+extern void lf_replace_switch(LfReplacement *r);
+extern void lf_replace_note(LfReplacement *r, AlterTableStmt *stmt);
+extern void lf_replace_noted(LfReplacement *r);
+extern Node *lf_replace_added_value(LfReplacement *r, AttrNumber attnum);
 
 /* relevance.c */
 extern void lf_install_planner_hook(void);

@@ -37,6 +37,10 @@
 #include "nodes/nodeFuncs.h"
 #include "optimizer/optimizer.h"
 #include "parser/parser.h"
+#include "parser/parse_relation.h"
+#include "parser/parse_expr.h"
+#include "parser/parse_collate.h"
+#include "parser/parse_coerce.h"
 #include "parser/parsetree.h"
 #include "parser/scansup.h"
 #include "rewrite/rewriteHandler.h"
@@ -74,6 +78,7 @@ typedef struct StartState
 	List	   *retired;		/* OIDs of retired inputs */
 	List	   *retired_names;	/* their original qualified names */
 	List	   *mappings;		/* PendingMapping */
+	List	   *replacements;	/* LfReplacement (replace.c) */
 } StartState;
 
 #define refuse(...) \
@@ -383,6 +388,7 @@ add_mapping(StartState *st, RawStmt *rs)
 	Query	   *ins;
 	PendingMapping *pm;
 	Query	   *map;
+	ListCell   *lc;
 
 	if (list_length(queries) != 1)
 		refuse(errmsg("INSERT rewritten by rules is not supported in a leapfrog script"));
@@ -390,6 +396,10 @@ add_mapping(StartState *st, RawStmt *rs)
 	pm = MemoryContextAllocZero(st->cxt, sizeof(PendingMapping));
 	map = build_mapping(st, ins, &pm->input);
 	pm->target = rt_fetch(ins->resultRelation, ins->rtable)->relid;
+	foreach(lc, st->replacements)
+		if (((LfReplacement *) lfirst(lc))->clone == pm->target)
+			refuse(errmsg("INSERT ... SELECT into table \"%s\", replaced lazily by the same script, is not supported",
+						  get_rel_name(pm->target)));
 	pm->query = MemoryContextStrdup(st->cxt, nodeToString(map));
 	remember(st, &st->mappings, pm);
 }
@@ -625,35 +635,231 @@ lock_dropped_tables(StartState *st)
 	}
 }
 
+/* The replacement whose copy relid is, if the script replaced a table. */
+static LfReplacement *
+replacement_of(StartState *st, Oid relid)
+{
+	ListCell   *lc;
+
+	foreach(lc, st->replacements)
+		if (((LfReplacement *) lfirst(lc))->clone == relid)
+			return lfirst(lc);
+	return NULL;
+}
+
+/*
+ * A table the script alters the slow way is replaced lazily: an empty copy
+ * takes its place (replace.c), the table is retired as DROP TABLE retires a
+ * mapping input, and the mapping is built at the end of the script.
+ */
+static LfReplacement *
+replace_table(StartState *st, RawStmt *rs, Oid relid, const char *why)
+{
+	LfMigration *mig = lf_migration_by_target(relid);
+	LfReplacement *r;
+
+	if (mig == NULL)
+		mig = lf_migration_by_input(relid);
+	if (mig)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_IN_USE),
+				 errmsg("cannot alter table \"%s\" while leapfrog migration \"%s\" is running",
+						get_rel_name(relid), mig->name),
+				 errhint("Wait with SELECT leapfrog.wait('%s').", mig->name)));
+	ereport(NOTICE,
+			(errmsg("table \"%s\" is replaced lazily", get_rel_name(relid)),
+			 errdetail("%s.", why)));
+	r = lf_replace_begin(relid, why);
+	retire(st, rs, relid);
+	lf_replace_switch(r);
+	st->replacements = lappend(st->replacements, r);
+	return r;
+}
+
 /*
  * ALTER TABLE runs as written: on a table the script created (empty until
- * its mapping fills it), or, on a table holding rows, when PostgreSQL makes
- * it a catalog change (alter.c).  A mapping is fixed when its INSERT runs,
- * so neither its input nor its target may change after it.  Tables under a
+ * its mapping fills it) or replaced, or, on a table holding rows, when
+ * PostgreSQL makes it a catalog change (alter.c); otherwise the table is
+ * replaced lazily first.  A mapping is fixed when its INSERT runs, so
+ * neither its input nor its target may change after it.  Tables under a
  * running migration are refused by the DDL guard (utility.c).
  */
 static void
-check_alter(StartState *st, RawStmt *rs)
+do_alter(StartState *st, RawStmt *rs)
 {
 	AlterTableStmt *stmt = (AlterTableStmt *) rs->stmt;
 	Oid			relid = RangeVarGetRelid(stmt->relation, NoLock, stmt->missing_ok);
+	LfReplacement *r = NULL;
+	char	   *why = NULL;
 	ListCell   *lc;
 
-	if (!OidIsValid(relid))
-		return;
-	foreach(lc, st->mappings)
+	if (OidIsValid(relid))
 	{
-		PendingMapping *pm = lfirst(lc);
+		foreach(lc, st->mappings)
+		{
+			PendingMapping *pm = lfirst(lc);
 
-		if (pm->input == relid || pm->target == relid)
-			refuse(errmsg("ALTER TABLE on table \"%s\" after a mapping that %s it is not supported",
-						  get_rel_name(relid), pm->input == relid ? "reads" : "fills"),
-				   errdetail("A mapping is fixed when its INSERT ... SELECT runs. Statement: %s",
-							 stmt_text(st, rs)),
-				   errhint("Put the ALTER TABLE before the INSERT ... SELECT."));
+			if (pm->input == relid || pm->target == relid)
+				refuse(errmsg("ALTER TABLE on table \"%s\" after a mapping that %s it is not supported",
+							  get_rel_name(relid), pm->input == relid ? "reads" : "fills"),
+					   errdetail("A mapping is fixed when its INSERT ... SELECT runs. Statement: %s",
+								 stmt_text(st, rs)),
+					   errhint("Put the ALTER TABLE before the INSERT ... SELECT."));
+		}
+		r = replacement_of(st, relid);
+		if (r == NULL && !list_member_oid(st->created, relid) &&
+			!lf_alter_is_instant(stmt, relid, stmt_text(st, rs), &why))
+			r = replace_table(st, rs, relid, why);
+		if (r)
+			lf_replace_note(r, stmt);
 	}
-	if (!list_member_oid(st->created, relid))
-		lf_check_instant_alter(stmt, relid, stmt_text(st, rs));
+	run_stmt(st, rs);
+	if (OidIsValid(relid) && r)
+		lf_replace_noted(r);
+}
+
+/* CREATE INDEX on a table holding rows builds it on a lazy replacement. */
+static void
+do_index(StartState *st, RawStmt *rs)
+{
+	IndexStmt  *stmt = (IndexStmt *) rs->stmt;
+	Oid			relid = RangeVarGetRelid(stmt->relation, NoLock, false);
+
+	if (stmt->concurrent)
+		refuse(errmsg("CREATE INDEX CONCURRENTLY is not supported in a leapfrog script"),
+			   errhint("Leave out CONCURRENTLY: Leapfrog builds the index without blocking writes."));
+	if (mapped_input(st, relid))
+		refuse(errmsg("CREATE INDEX on table \"%s\" after a mapping that reads it is not supported",
+					  get_rel_name(relid)));
+	if (!list_member_oid(st->created, relid) && replacement_of(st, relid) == NULL)
+		(void) replace_table(st, rs, relid, "CREATE INDEX: PostgreSQL would build the index");
+	run_stmt(st, rs);
+}
+
+/* A column renamed on a replaced table: the names of the old one differ now. */
+static void
+do_rename(StartState *st, RawStmt *rs)
+{
+	RenameStmt *stmt = (RenameStmt *) rs->stmt;
+
+	if (stmt->renameType == OBJECT_COLUMN)
+	{
+		Oid			relid = RangeVarGetRelid(stmt->relation, NoLock, true);
+		LfReplacement *r = OidIsValid(relid) ? replacement_of(st, relid) : NULL;
+
+		if (r)
+			r->columns_changed = true;
+	}
+	run_stmt(st, rs);
+}
+
+/*
+ * The mapping of a replaced table (replace.c): SELECT, over the old table,
+ * one expression per attribute of the copy in attribute order, ctid.  A
+ * copied column takes the old column's value or its USING expression,
+ * coerced to its final type as ALTER COLUMN TYPE coerces; a column the
+ * script added takes the value ADD COLUMN gave the existing rows (replace.c),
+ * coerced to its final type.
+ */
+static void
+add_replacement_mapping(StartState *st, LfReplacement *r)
+{
+	ParseState *pstate = make_parsestate(NULL);
+	ParseNamespaceItem *nsitem;
+	Relation	in;
+	Relation	target;
+	TupleDesc	desc;
+	List	   *tlist = NIL;
+	Query	   *q;
+	PendingMapping *pm;
+
+	if (!OidIsValid(get_rel_namespace(r->clone)))
+		refuse(errmsg("table \"%s\", replaced by the script, is dropped by it", r->relname));
+	in = table_open(r->old, AccessShareLock);
+	target = table_open(r->clone, AccessShareLock);
+	desc = RelationGetDescr(target);
+	pstate->p_sourcetext = st->script;
+	nsitem = addRangeTableEntryForRelation(pstate, in, AccessShareLock, NULL, false, true);
+	addNSItemToQuery(pstate, nsitem, true, true, true);
+	for (int attno = 1; attno <= desc->natts; attno++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, attno - 1);
+		Node	   *expr;
+
+		if (att->attisdropped)
+			expr = (Node *) makeNullConst(INT4OID, -1, InvalidOid);
+		else if (att->attgenerated)
+			refuse(errmsg("generated column \"%s\" is not supported in table \"%s\", replaced lazily",
+						  NameStr(att->attname), r->relname));
+		else if (attno <= r->nsource)
+		{
+			Node	   *raw = r->using_expr[attno - 1];
+			Oid			type;
+
+			if (raw == NULL)
+			{
+				ColumnRef  *cref = makeNode(ColumnRef);
+
+				cref->fields = list_make1(makeString(get_attname(r->old, r->source[attno - 1], false)));
+				cref->location = -1;
+				raw = (Node *) cref;
+			}
+			expr = transformExpr(pstate, copyObject(raw), EXPR_KIND_ALTER_COL_TRANSFORM);
+			type = exprType(expr);
+			expr = coerce_to_target_type(pstate, expr, type, att->atttypid, att->atttypmod,
+										 COERCION_ASSIGNMENT, COERCE_IMPLICIT_CAST, -1);
+			if (expr == NULL)
+				ereport(ERROR,
+						(errcode(ERRCODE_DATATYPE_MISMATCH),
+						 errmsg("column \"%s\" cannot be cast automatically to type %s",
+								NameStr(att->attname), format_type_be(att->atttypid))));
+			assign_expr_collations(pstate, expr);
+		}
+		else
+		{
+			/* added by the script: the value ADD COLUMN gave, in the final type */
+			expr = lf_replace_added_value(r, attno);
+			if (expr == NULL)
+				expr = (Node *) makeNullConst(att->atttypid, att->atttypmod, att->attcollation);
+			expr = coerce_to_target_type(pstate, expr, exprType(expr), att->atttypid,
+										 att->atttypmod, COERCION_ASSIGNMENT,
+										 COERCE_IMPLICIT_CAST, -1);
+			if (expr == NULL)
+				ereport(ERROR,
+						(errcode(ERRCODE_DATATYPE_MISMATCH),
+						 errmsg("column \"%s\" cannot be cast automatically to type %s",
+								NameStr(att->attname), format_type_be(att->atttypid))));
+			if (!contain_volatile_functions(expr))
+				expr = (Node *) evaluate_expr((Expr *) expression_planner((Expr *) expr),
+											  att->atttypid, att->atttypmod, att->attcollation);
+		}
+		if (contain_mutable_functions(expr))
+			refuse(errmsg("the value of column \"%s\" of table \"%s\" is not immutable",
+						  NameStr(att->attname), r->relname),
+				   errdetail("Leapfrog replaces the table lazily, and rows are migrated later than start(): only immutable expressions and defaults give the eager result."),
+				   errhint("Add the column with a constant or STABLE default, or without one and fill it after start()."));
+		tlist = lappend(tlist, makeTargetEntry((Expr *) expr, attno,
+											   pstrdup(NameStr(att->attname)), false));
+	}
+	tlist = lappend(tlist,
+					makeTargetEntry((Expr *) makeVar(1, SelfItemPointerAttributeNumber,
+													 TIDOID, -1, InvalidOid, 0),
+									desc->natts + 1, pstrdup("lf_ctid"), false));
+	table_close(target, AccessShareLock);
+	table_close(in, AccessShareLock);
+
+	q = makeNode(Query);
+	q->commandType = CMD_SELECT;
+	q->querySource = QSRC_ORIGINAL;
+	q->canSetTag = true;
+	q->rtable = pstate->p_rtable;
+	q->jointree = makeFromExpr(pstate->p_joinlist, NULL);
+	q->targetList = tlist;
+	pm = MemoryContextAllocZero(st->cxt, sizeof(PendingMapping));
+	pm->input = r->old;
+	pm->target = r->clone;
+	pm->query = MemoryContextStrdup(st->cxt, nodeToString(q));
+	remember(st, &st->mappings, pm);
 }
 
 /* Run the script's statements in order: DDL, mappings, retirements. */
@@ -675,24 +881,16 @@ run_script(StartState *st)
 											  NoLock, false));
 				break;
 			case T_IndexStmt:
-				{
-					Oid			relid = RangeVarGetRelid(((IndexStmt *) rs->stmt)->relation,
-														 NoLock, false);
-
-					if (!list_member_oid(st->created, relid))
-						refuse(errmsg("CREATE INDEX on table \"%s\" is not supported in a leapfrog script",
-									  get_rel_name(relid)),
-							   errdetail("Only tables created by the same script can be indexed: building an index on an existing table is not instant."));
-					run_stmt(st, rs);
-				}
+				do_index(st, rs);
 				break;
 			case T_AlterTableStmt:
-				check_alter(st, rs);
-				run_stmt(st, rs);
+				do_alter(st, rs);
 				break;
 			case T_RenameStmt:
+				do_rename(st, rs);
+				break;
 			case T_CommentStmt:
-				run_stmt(st, rs);	/* catalog changes */
+				run_stmt(st, rs);	/* a catalog change */
 				break;
 			case T_InsertStmt:
 				add_mapping(st, rs);
@@ -707,6 +905,8 @@ run_script(StartState *st)
 				break;			/* refused before the attempt */
 		}
 	}
+	foreach(lc, st->replacements)
+		add_replacement_mapping(st, lfirst(lc));
 }
 
 /* Every mapping's input must have been retired by the script. */
@@ -754,7 +954,7 @@ switch_attempt(void *arg)
 {
 	StartState *st = arg;
 
-	st->created = st->retired = st->retired_names = st->mappings = NIL;
+	st->created = st->retired = st->retired_names = st->mappings = st->replacements = NIL;
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	lock_dropped_tables(st);

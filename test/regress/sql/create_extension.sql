@@ -67,7 +67,8 @@ CREATE FUNCTION regress_shape(rel regclass) RETURNS SETOF text
 LANGUAGE sql SET search_path = pg_catalog AS $$
     SELECT format('column %s %s%s%s', a.attname, format_type(a.atttypid, a.atttypmod),
                   CASE WHEN a.attnotnull THEN ' not null' ELSE '' END,
-                  ' default ' || pg_get_expr(d.adbin, d.adrelid))
+                  ' default ' || regexp_replace(pg_get_expr(d.adbin, d.adrelid),
+                                                '''[a-z_][a-z0-9_]*\.', '''', 'g'))
       FROM pg_attribute a
       LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
      WHERE a.attrelid = rel AND a.attnum > 0 AND NOT a.attisdropped

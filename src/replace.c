@@ -1,0 +1,537 @@
+/*-------------------------------------------------------------------------
+ * replace.c
+ *	  A table that a script alters the slow way is replaced lazily.
+ *
+ * ALTER TABLE that PostgreSQL carries out by rewriting or scanning a table
+ * (ALTER COLUMN TYPE, SET NOT NULL, ADD CONSTRAINT, ...) and CREATE INDEX
+ * on an existing table become a same-name replacement (start.c):
+ *
+ *	1. lf_replace_begin: an empty clone of the table, CREATE TABLE ... (LIKE
+ *	   t INCLUDING ALL), under a temporary name in the table's schema; what
+ *	   LIKE does not copy and the retirement would take away is read now:
+ *	   outgoing foreign keys, index names, identity sequences' positions,
+ *	   serial sequences (handed over to the clone), owner, privileges,
+ *	   storage parameters, replica identity, the table's comment, the
+ *	   columns' statistics targets;
+ *	2. start.c retires the table (as DROP TABLE does for a mapping input);
+ *	3. lf_replace_switch: the clone takes the table's name, its indexes the
+ *	   old indexes' names, and the rest of what was read in 1;
+ *	4. the script's statement then runs as written: on the clone, which is
+ *	   empty, so it is instant whatever it is; later statements of the
+ *	   script on the table run on the clone too (lf_replace_note records the
+ *	   USING expressions of type changes);
+ *	5. at the end of the script, start.c builds the mapping: each column
+ *	   copied by LIKE takes the old column's value, coerced to its final type
+ *	   as ALTER COLUMN TYPE coerces (or its USING expression), and each
+ *	   column added by the script the value ADD COLUMN gave the existing
+ *	   rows: its default as it was then, evaluated once (lf_replace_note).
+ *
+ * Rows then move lazily and in the background like those of any mapping;
+ * a row that violates a new constraint fails the migration with the row
+ * named, as for any mapping.  What a clone cannot carry yet is refused
+ * (0A000) before anything changes: foreign keys that reference the table,
+ * views and rules on it, user triggers, row security, publications,
+ * inheritance and partitioning, generated columns, NOT VALID constraints
+ * (the rows would be checked against them as they move).
+ *
+ * Internal SQL runs with search_path = pg_catalog, so the definitions read
+ * in step 1 come out schema-qualified and mean the same thing in step 3.
+ *-------------------------------------------------------------------------
+ */
+#include "leapfrog.h"
+
+#include "access/genam.h"
+#include "access/htup_details.h"
+#include "access/table.h"
+#include "catalog/dependency.h"
+#include "catalog/indexing.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_attribute.h"
+#include "catalog/pg_class.h"
+#include "catalog/pg_constraint.h"
+#include "catalog/pg_depend.h"
+#include "catalog/pg_inherits.h"
+#include "catalog/pg_publication_rel.h"
+#include "catalog/pg_rewrite.h"
+#include "catalog/pg_trigger.h"
+#include "commands/tablecmds.h"
+#include "commands/tablespace.h"
+#include "executor/spi.h"
+#include "nodes/makefuncs.h"
+#include "nodes/nodeFuncs.h"
+#include "parser/parse_type.h"
+#include "parser/parse_expr.h"
+#include "parser/parse_collate.h"
+#include "parser/parse_coerce.h"
+#include "optimizer/optimizer.h"
+#include "utils/acl.h"
+#include "utils/builtins.h"
+#include "utils/fmgroids.h"
+#include "utils/guc.h"
+#include "utils/lsyscache.h"
+#include "utils/rel.h"
+#include "utils/syscache.h"
+
+#define refuse(...) \
+	ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED), __VA_ARGS__))
+
+/* Internal SQL; its output qualifies every name outside pg_catalog. */
+static void
+exec_sql(const char *sql, int expected)
+{
+	int			level = NewGUCNestLevel();
+	int			rc;
+
+	(void) set_config_option("search_path", "pg_catalog", PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
+	rc = SPI_execute(sql, false, 0);
+	AtEOXact_GUC(true, level);
+	if (rc != expected)
+		elog(ERROR, "leapfrog: internal statement failed (%d): %s", rc, sql);
+}
+
+/* The first column of the rows of a query, as strings (NULLs skipped). */
+static List *
+sql_strings(const char *sql)
+{
+	List	   *out = NIL;
+
+	exec_sql(sql, SPI_OK_SELECT);
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		char	   *v = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1);
+
+		if (v)
+			out = lappend(out, v);
+	}
+	return out;
+}
+
+static bool
+exists_sql(const char *fmt, Oid relid)
+{
+	exec_sql(psprintf(fmt, relid), SPI_OK_SELECT);
+	return SPI_processed > 0;
+}
+
+/*
+ * What a clone cannot carry: refuse before anything changes.  The
+ * retirement's DROP check (start.c) still catches any other dependent.
+ */
+static void
+check_replaceable(Relation rel, const char *why)
+{
+	Oid			relid = RelationGetRelid(rel);
+	const char *name = RelationGetRelationName(rel);
+	char	   *detail = psprintf("Table \"%s\" would be replaced lazily (%s)", name, why);
+
+	if (rel->rd_rel->relkind != RELKIND_RELATION || rel->rd_rel->relispartition ||
+		has_subclass(relid) || has_superclass(relid))
+		refuse(errmsg("table \"%s\" takes part in inheritance or partitioning", name),
+			   errdetail("%s, which is not supported for it.", detail));
+	if (rel->rd_rel->relpersistence == RELPERSISTENCE_TEMP)
+		refuse(errmsg("table \"%s\" is a temporary table", name),
+			   errdetail("%s, which is not supported for it.", detail));
+	if (exists_sql("SELECT 1 FROM pg_catalog.pg_constraint WHERE confrelid = %u AND contype = 'f'", relid))
+		refuse(errmsg("table \"%s\" is referenced by a foreign key", name),
+			   errdetail("%s, and a replacement cannot carry the foreign keys that reference it yet.", detail),
+			   errhint("Drop the foreign key in the script and add it back NOT VALID after it, then VALIDATE it after start()."));
+	if (exists_sql("SELECT 1 FROM pg_catalog.pg_depend d JOIN pg_catalog.pg_rewrite r ON r.oid = d.objid"
+				   " WHERE d.classid = 'pg_catalog.pg_rewrite'::pg_catalog.regclass"
+				   "   AND d.refclassid = 'pg_catalog.pg_class'::pg_catalog.regclass"
+				   "   AND d.refobjid = %u AND r.ev_class <> d.refobjid", relid))
+		refuse(errmsg("table \"%s\" is used by a view or a rule", name),
+			   errdetail("%s, and a replacement cannot carry the views that use it yet.", detail));
+	if (exists_sql("SELECT 1 FROM pg_catalog.pg_trigger WHERE tgrelid = %u AND NOT tgisinternal", relid))
+		refuse(errmsg("table \"%s\" has triggers", name),
+			   errdetail("%s, and a trigger would fire on the rows the migration moves.", detail));
+	if (rel->rd_rel->relrowsecurity ||
+		exists_sql("SELECT 1 FROM pg_catalog.pg_policy WHERE polrelid = %u", relid))
+		refuse(errmsg("table \"%s\" has row-level security", name),
+			   errdetail("%s, which cannot carry its policies yet.", detail));
+	if (exists_sql("SELECT 1 FROM pg_catalog.pg_publication_rel WHERE prrelid = %u", relid))
+		refuse(errmsg("table \"%s\" is in a publication", name),
+			   errdetail("%s, which cannot carry publication membership yet.", detail));
+	if (exists_sql("SELECT 1 FROM pg_catalog.pg_constraint WHERE conrelid = %u AND NOT convalidated", relid))
+		refuse(errmsg("table \"%s\" has NOT VALID constraints", name),
+			   errdetail("%s, and its rows would be checked against them as they move.", detail),
+			   errhint("VALIDATE the constraints, or drop them, before start()."));
+	if (exists_sql("SELECT 1 FROM pg_catalog.pg_attribute WHERE attrelid = %u AND attgenerated <> ''"
+				   " AND NOT attisdropped", relid))
+		refuse(errmsg("table \"%s\" has generated columns", name),
+			   errdetail("%s, and generated columns are not supported in a mapping target.", detail));
+}
+
+/* Grants of the old table and of its columns, as they are, onto the clone. */
+static void
+copy_privileges(LfReplacement *r)
+{
+	Relation	classrel = table_open(RelationRelationId, RowExclusiveLock);
+	Relation	attrel = table_open(AttributeRelationId, RowExclusiveLock);
+	HeapTuple	oldtup = SearchSysCache1(RELOID, ObjectIdGetDatum(r->old));
+	HeapTuple	newtup = SearchSysCacheCopy1(RELOID, ObjectIdGetDatum(r->clone));
+	Oid			owner = ((Form_pg_class) GETSTRUCT(newtup))->relowner;
+	bool		isnull;
+	Datum		acl = SysCacheGetAttr(RELOID, oldtup, Anum_pg_class_relacl, &isnull);
+
+	if (!isnull)
+	{
+		Datum		values[Natts_pg_class] = {0};
+		bool		nulls[Natts_pg_class] = {0};
+		bool		repl[Natts_pg_class] = {0};
+		Oid		   *members;
+		int			n = aclmembers(DatumGetAclP(acl), &members);
+		HeapTuple	t;
+
+		values[Anum_pg_class_relacl - 1] = acl;
+		repl[Anum_pg_class_relacl - 1] = true;
+		t = heap_modify_tuple(newtup, RelationGetDescr(classrel), values, nulls, repl);
+		CatalogTupleUpdate(classrel, &t->t_self, t);
+		updateAclDependencies(RelationRelationId, r->clone, 0, owner, 0, NULL, n, members);
+	}
+	for (int i = 0; i < r->nsource; i++)
+	{
+		HeapTuple	oa = SearchSysCache2(ATTNUM, ObjectIdGetDatum(r->old),
+										 Int16GetDatum(r->source[i]));
+		Datum		attacl;
+
+		if (!HeapTupleIsValid(oa))
+			continue;
+		attacl = SysCacheGetAttr(ATTNUM, oa, Anum_pg_attribute_attacl, &isnull);
+		if (!isnull)
+		{
+			HeapTuple	na = SearchSysCacheCopy2(ATTNUM, ObjectIdGetDatum(r->clone),
+												 Int16GetDatum(i + 1));
+			Datum		values[Natts_pg_attribute] = {0};
+			bool		nulls[Natts_pg_attribute] = {0};
+			bool		repl[Natts_pg_attribute] = {0};
+			Oid		   *members;
+			int			n = aclmembers(DatumGetAclP(attacl), &members);
+			HeapTuple	t;
+
+			values[Anum_pg_attribute_attacl - 1] = attacl;
+			repl[Anum_pg_attribute_attacl - 1] = true;
+			t = heap_modify_tuple(na, RelationGetDescr(attrel), values, nulls, repl);
+			CatalogTupleUpdate(attrel, &t->t_self, t);
+			updateAclDependencies(RelationRelationId, r->clone, i + 1, owner, 0, NULL, n, members);
+		}
+		ReleaseSysCache(oa);
+	}
+	ReleaseSysCache(oldtup);
+	table_close(attrel, RowExclusiveLock);
+	table_close(classrel, RowExclusiveLock);
+	CommandCounterIncrement();
+}
+
+/*
+ * Step 1.  The caller (start.c) has checked that the table is not under
+ * migration and holds AccessExclusiveLock on it.  `why` names the statement
+ * for the refusals.
+ */
+LfReplacement *
+lf_replace_begin(Oid relid, const char *why)
+{
+	LfReplacement *r = palloc0(sizeof(LfReplacement));
+	Relation	rel = table_open(relid, AccessExclusiveLock);
+	TupleDesc	desc = RelationGetDescr(rel);
+	char	   *qname;
+	char	   *tmpname;
+	StringInfoData sql;
+	List	   *indexes;
+	ListCell   *lc;
+
+	if (!pg_class_ownercheck(relid, GetUserId()))
+		aclcheck_error(ACLCHECK_NOT_OWNER, OBJECT_TABLE, RelationGetRelationName(rel));
+	check_replaceable(rel, why);
+
+	r->old = relid;
+	r->nspname = get_namespace_name(RelationGetNamespace(rel));
+	r->relname = pstrdup(RelationGetRelationName(rel));
+	qname = quote_qualified_identifier(r->nspname, r->relname);
+	r->source = palloc0(sizeof(AttrNumber) * desc->natts);
+	r->using_expr = palloc0(sizeof(Node *) * desc->natts);
+	r->retyped = palloc0(sizeof(bool) * desc->natts);
+	for (int i = 0; i < desc->natts; i++)
+		if (!TupleDescAttr(desc, i)->attisdropped)
+			r->source[r->nsource++] = i + 1;
+
+	/* What LIKE leaves out, read while the old table has its name. */
+	r->fkeys = sql_strings(psprintf(
+		"SELECT pg_catalog.format('ADD CONSTRAINT %%I %%s', conname, pg_catalog.pg_get_constraintdef(oid))"
+		"  FROM pg_catalog.pg_constraint WHERE conrelid = %u AND contype = 'f' ORDER BY oid", relid));
+	r->settings = sql_strings(psprintf(
+		"SELECT pg_catalog.format('SET (%%s)', pg_catalog.string_agg(pg_catalog.format('%%I = %%L',"
+		"       pg_catalog.split_part(o, '=', 1), pg_catalog.substr(o, pg_catalog.strpos(o, '=') + 1)), ', '))"
+		"  FROM pg_catalog.pg_class c, pg_catalog.unnest(c.reloptions) o WHERE c.oid = %u"
+		" HAVING pg_catalog.count(*) > 0"
+		" UNION ALL "
+		"SELECT pg_catalog.format('ALTER COLUMN %%I SET STATISTICS %%s', attname, attstattarget)"
+		"  FROM pg_catalog.pg_attribute WHERE attrelid = %u AND attnum > 0 AND NOT attisdropped"
+		"   AND attstattarget >= 0", relid, relid));
+	r->comment = sql_strings(psprintf("SELECT pg_catalog.obj_description(%u, 'pg_class')", relid));
+	r->owner = rel->rd_rel->relowner;
+	r->replident = rel->rd_rel->relreplident;
+	indexes = RelationGetIndexList(rel);
+	foreach(lc, indexes)
+	{
+		r->index_names = lappend(r->index_names, get_rel_name(lfirst_oid(lc)));
+		if (rel->rd_rel->relreplident == REPLICA_IDENTITY_INDEX &&
+			lfirst_oid(lc) == RelationGetReplicaIndex(rel))
+			r->replident_index = get_rel_name(lfirst_oid(lc));
+	}
+	for (int i = 0; i < r->nsource; i++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, r->source[i] - 1);
+
+		if (att->attidentity)
+		{
+			Oid			seq = getIdentitySequence(relid, att->attnum, false);
+			char	   *q = lf_relation_name(seq);
+
+			exec_sql(psprintf("SELECT last_value, is_called FROM %s", q), SPI_OK_SELECT);
+			r->identity = lappend(r->identity,
+								  list_make4(makeInteger(i + 1), makeString(get_rel_name(seq)),
+											 makeString(SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1)),
+											 makeString(SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2))));
+		}
+	}
+
+	/* The clone, under a temporary name. */
+	tmpname = psprintf("lf_new_%u", relid);
+	initStringInfo(&sql);
+	appendStringInfo(&sql, "CREATE %sTABLE %s (LIKE %s INCLUDING ALL)",
+					 rel->rd_rel->relpersistence == RELPERSISTENCE_UNLOGGED ? "UNLOGGED " : "",
+					 quote_qualified_identifier(r->nspname, tmpname), qname);
+	if (OidIsValid(rel->rd_rel->reltablespace))
+		appendStringInfo(&sql, " TABLESPACE %s",
+						 quote_identifier(get_tablespace_name(rel->rd_rel->reltablespace)));
+	/* ALTER TABLE refuses a table this backend has open: keep the lock only */
+	table_close(rel, NoLock);
+	exec_sql(sql.data, SPI_OK_UTILITY);
+	CommandCounterIncrement();
+	r->clone = get_relname_relid(tmpname, get_rel_namespace(relid));
+
+	/* serial columns: their sequences now belong to the clone's columns */
+	foreach(lc, getOwnedSequences(relid))
+	{
+		Oid			seq = lfirst_oid(lc);
+		int32		col;
+		Oid			owner_rel;
+
+		if (!sequenceIsOwned(seq, DEPENDENCY_AUTO, &owner_rel, &col))
+			continue;			/* an identity sequence: the clone has its own */
+		exec_sql(psprintf("ALTER SEQUENCE %s OWNED BY %s.%s", lf_relation_name(seq),
+						  quote_qualified_identifier(r->nspname, tmpname),
+						  quote_identifier(get_attname(relid, col, false))),
+				 SPI_OK_UTILITY);
+		/* the old table's default would tie the sequence to it */
+		exec_sql(psprintf("ALTER TABLE %s ALTER COLUMN %s DROP DEFAULT", qname,
+						  quote_identifier(get_attname(relid, col, false))),
+				 SPI_OK_UTILITY);
+	}
+	CommandCounterIncrement();
+	return r;
+}
+
+/* Step 3: the clone takes the old table's place. */
+void
+lf_replace_switch(LfReplacement *r)
+{
+	Relation	rel;
+	List	   *indexes;
+	ListCell   *lc,
+			   *lc2;
+	char	   *qname = quote_qualified_identifier(r->nspname, r->relname);
+
+	RenameRelationInternal(r->clone, r->relname, false, false);
+	CommandCounterIncrement();
+
+	/* LIKE creates the indexes in the old table's order (its index list) */
+	rel = table_open(r->clone, AccessExclusiveLock);
+	indexes = RelationGetIndexList(rel);
+	table_close(rel, NoLock);
+	if (list_length(indexes) != list_length(r->index_names))
+		elog(ERROR, "leapfrog: the copy of table \"%s\" has %d indexes, not %d",
+			 r->relname, list_length(indexes), list_length(r->index_names));
+	forboth(lc, indexes, lc2, r->index_names)
+		RenameRelationInternal(lfirst_oid(lc), (char *) lfirst(lc2), false, true);
+	foreach(lc, r->identity)
+	{
+		List	   *id = lfirst(lc);
+		Oid			seq = getIdentitySequence(r->clone, intVal(linitial(id)), false);
+
+		RenameRelationInternal(seq, strVal(lsecond(id)), false, false);
+		CommandCounterIncrement();
+		exec_sql(psprintf("SELECT pg_catalog.setval(%u, %s, '%s'::boolean)", seq,
+						  strVal(lthird(id)), strVal(lfourth(id))), SPI_OK_SELECT);
+	}
+	CommandCounterIncrement();
+
+	if (r->owner != GetUserId())
+		exec_sql(psprintf("ALTER TABLE %s OWNER TO %s", qname,
+						  quote_identifier(GetUserNameFromId(r->owner, false))), SPI_OK_UTILITY);
+	CommandCounterIncrement();
+	copy_privileges(r);
+	foreach(lc, r->settings)
+		exec_sql(psprintf("ALTER TABLE %s %s", qname, (char *) lfirst(lc)), SPI_OK_UTILITY);
+	if (r->replident == REPLICA_IDENTITY_FULL)
+		exec_sql(psprintf("ALTER TABLE %s REPLICA IDENTITY FULL", qname), SPI_OK_UTILITY);
+	else if (r->replident == REPLICA_IDENTITY_NOTHING)
+		exec_sql(psprintf("ALTER TABLE %s REPLICA IDENTITY NOTHING", qname), SPI_OK_UTILITY);
+	else if (r->replident == REPLICA_IDENTITY_INDEX && r->replident_index)
+		exec_sql(psprintf("ALTER TABLE %s REPLICA IDENTITY USING INDEX %s", qname,
+						  quote_identifier(r->replident_index)), SPI_OK_UTILITY);
+	foreach(lc, r->comment)
+		exec_sql(psprintf("COMMENT ON TABLE %s IS %s", qname, quote_literal_cstr(lfirst(lc))),
+				 SPI_OK_UTILITY);
+	/* on an empty table, a foreign key is valid at once */
+	foreach(lc, r->fkeys)
+		exec_sql(psprintf("ALTER TABLE %s %s", qname, (char *) lfirst(lc)), SPI_OK_UTILITY);
+	CommandCounterIncrement();
+}
+
+/* serial, bigserial, ...: the column's default is nextval() */
+static bool
+is_serial_type(TypeName *tn)
+{
+	static const char *const names[] = {"smallserial", "serial2", "serial", "serial4",
+	"bigserial", "serial8"};
+	const char *name;
+
+	if (tn == NULL || tn->names == NIL || tn->arrayBounds != NIL || list_length(tn->names) > 2)
+		return false;
+	if (list_length(tn->names) == 2 && strcmp(strVal(linitial(tn->names)), "pg_catalog") != 0)
+		return false;
+	name = strVal(llast(tn->names));
+	for (int i = 0; i < lengthof(names); i++)
+		if (strcmp(name, names[i]) == 0)
+			return true;
+	return false;
+}
+
+/*
+ * The value ADD COLUMN gives the existing rows: its default, evaluated
+ * once, now, as ALTER TABLE evaluates it (a later SET or DROP DEFAULT does
+ * not change them).  A volatile one would differ row by row: refused.
+ */
+static Node *
+added_value(LfReplacement *r, ColumnDef *col)
+{
+	Node	   *raw = col->raw_default;
+	bool		volatile_default = col->identity || col->generated || is_serial_type(col->typeName);
+	ParseState *pstate = make_parsestate(NULL);
+	Oid			typid;
+	int32		typmod;
+	Oid			collid;
+	Node	   *expr;
+	ListCell   *lc;
+
+	foreach(lc, col->constraints)
+	{
+		Constraint *con = lfirst(lc);
+
+		if (con->contype == CONSTR_DEFAULT)
+			raw = con->raw_expr;
+		else if (con->contype == CONSTR_IDENTITY || con->contype == CONSTR_GENERATED)
+			volatile_default = true;
+	}
+	if (!volatile_default)
+	{
+		typenameTypeIdAndMod(NULL, col->typeName, &typid, &typmod);
+		collid = GetColumnDefCollation(NULL, col, typid);
+		if (raw == NULL)
+			return (Node *) makeNullConst(typid, typmod, collid);
+		expr = transformExpr(pstate, copyObject(raw), EXPR_KIND_COLUMN_DEFAULT);
+		expr = coerce_to_target_type(pstate, expr, exprType(expr), typid, typmod,
+									 COERCION_ASSIGNMENT, COERCE_IMPLICIT_CAST, -1);
+		if (expr == NULL)
+			return NULL;		/* ALTER TABLE reports the mismatch */
+		assign_expr_collations(pstate, expr);
+		if (!contain_volatile_functions(expr))
+			return (Node *) evaluate_expr((Expr *) expression_planner((Expr *) expr),
+										  typid, typmod, collid);
+	}
+	refuse(errmsg("column \"%s\" added to table \"%s\" takes a different value in every row",
+				  col->colname, r->relname),
+		   errdetail("Its default is volatile (a sequence, an identity, random(), clock_timestamp(), ...). "
+					 "Leapfrog replaces the table lazily, and rows are migrated later than start()."),
+		   errhint("Add the column with a constant or STABLE default, or without one and fill it after start()."));
+	return NULL;				/* not reached */
+}
+
+/*
+ * Step 4: an ALTER TABLE about to run on the clone.  A type change records
+ * its USING expression for the mapping, which reads the old table: its
+ * column names must still be the clone's (no column added, dropped or
+ * renamed before it), and a column takes one type change per script (eager
+ * would apply both casts in turn).
+ */
+void
+lf_replace_note(LfReplacement *r, AlterTableStmt *stmt)
+{
+	ListCell   *lc;
+
+	foreach(lc, stmt->cmds)
+	{
+		AlterTableCmd *cmd = lfirst(lc);
+		AttrNumber	attnum;
+
+		if (cmd->subtype == AT_AddColumn)
+		{
+			ColumnDef  *col = (ColumnDef *) cmd->def;
+			Node	   *value = added_value(r, col);
+
+			if (value)
+				r->pending_added = lappend(r->pending_added,
+										   list_make2(makeString(col->colname), value));
+		}
+		if (cmd->subtype == AT_AddColumn || cmd->subtype == AT_DropColumn)
+			r->columns_changed = true;
+		if (cmd->subtype != AT_AlterColumnType)
+			continue;
+		attnum = get_attnum(r->clone, cmd->name);
+		if (attnum == InvalidAttrNumber || attnum > r->nsource)
+			continue;			/* PostgreSQL reports it, or a column the script added */
+		if (r->retyped[attnum - 1])
+			refuse(errmsg("column \"%s\" of table \"%s\" changes type twice in the script",
+						  cmd->name, r->relname));
+		r->retyped[attnum - 1] = true;
+		if (((ColumnDef *) cmd->def)->raw_default)
+		{
+			if (r->columns_changed)
+				refuse(errmsg("ALTER COLUMN ... TYPE ... USING on table \"%s\" after columns were added, dropped or renamed in the script",
+							  r->relname),
+					   errhint("Put the type change first."));
+			r->using_expr[attnum - 1] = copyObject(((ColumnDef *) cmd->def)->raw_default);
+		}
+	}
+}
+
+/* Step 4, after the statement ran: the columns it added, by attribute number. */
+void
+lf_replace_noted(LfReplacement *r)
+{
+	ListCell   *lc;
+
+	foreach(lc, r->pending_added)
+	{
+		List	   *p = lfirst(lc);
+		AttrNumber	attnum = get_attnum(r->clone, strVal(linitial(p)));
+
+		if (attnum != InvalidAttrNumber)
+			r->added = lappend(r->added, list_make2(makeInteger(attnum), lsecond(p)));
+	}
+	r->pending_added = NIL;
+}
+
+/* The value the rows take in a column the script added (step 5). */
+Node *
+lf_replace_added_value(LfReplacement *r, AttrNumber attnum)
+{
+	ListCell   *lc;
+
+	foreach(lc, r->added)
+		if (intVal(linitial((List *) lfirst(lc))) == attnum)
+			return copyObject(lsecond((List *) lfirst(lc)));
+	return NULL;
+}
