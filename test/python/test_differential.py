@@ -320,6 +320,9 @@ def gen_case(seed, snapshots=False):
     keyed = case.src_pk     # may the new tables have a key on id?
     kind = rng.choice(["project", "same_name_a", "same_name_b", "split", "split",
                        "ctas", "ctas_same_name", "split_ctas"])
+    if random.Random("alter-kind-%d" % seed).random() < 0.15:
+        # Drawn apart, so that the other seeds keep their cases.
+        kind = "alter"
     case.kind = kind
     stmts = []
     tables = []
@@ -331,7 +334,10 @@ def gen_case(seed, snapshots=False):
         if cols and rng.random() < 0.4:
             idx.append((created_as, final, rng.choice(cols)[0]))
 
-    if kind in ("project", "same_name_a", "same_name_b"):
+    if kind == "alter":
+        stmts, table = gen_alter(rng, case)
+        tables.append(table)
+    elif kind in ("project", "same_name_a", "same_name_b"):
         cols = gen_mapping_cols(rng, case.src_cols, rng.randint(1, 5))
         where = gen_filter(rng, case.src_cols)
         pk = keyed and rng.random() < 0.85
@@ -445,7 +451,8 @@ def gen_case(seed, snapshots=False):
         k = fkr.choice(creates)
         stmts[k] = stmts[k].replace(" (id int", " (id int REFERENCES owners (id) ON DELETE %s "
                                     "ON UPDATE %s" % (case.fk_action, case.fk_action), 1)
-    stmts = _with_alters(random.Random("alter-%d" % seed), stmts, src, case.src_cols)
+    if kind != "alter":
+        stmts = _with_alters(random.Random("alter-%d" % seed), stmts, src, case.src_cols)
     case.script = "\n".join(stmts)
     case.tables = tables
     case.snapshots = snapshots
@@ -464,6 +471,58 @@ def gen_case(seed, snapshots=False):
             spots = [i for i, w in enumerate(case.workload) if w.session == 0] or [0]
             case.workload.insert(fkr.choice(spots), st)
     return case
+
+
+def gen_alter(rng, case):
+    """ALTER TABLE on the source that PostgreSQL would carry out by reading
+    it (type changes, SET NOT NULL, a CHECK, ADD COLUMN with a CHECK) and
+    CREATE INDEX: Leapfrog replaces the table lazily.  Catalog changes
+    (added columns, renames, dropped columns, dropped defaults) ride along.
+    Only commands the data satisfies: a row that breaks them fails eager's
+    start() but the lazy migration later, by design."""
+    src = case.src
+    cols = [["id", "int"]] + [[c, t] for c, t in case.src_cols]
+    cmds = []
+    for col in cols[1:]:
+        c, t = col
+        changes = TYPE_CHANGES.get(t) or TYPE_CHANGES.get(base_type(t))
+        if changes and rng.random() < 0.35:
+            new = rng.choice(changes)
+            if c in LONG_COLS and new.startswith("varchar"):
+                continue
+            cmds.append("ALTER COLUMN %s TYPE %s" % (c, new))
+            col[1] = new
+    if rng.random() < 0.4 or not cmds:
+        if rng.random() < 0.3:
+            cmds.append("ALTER COLUMN id TYPE bigint USING id * 2")
+        else:
+            cmds.append("ALTER COLUMN id TYPE bigint")
+        cols[0][1] = "bigint"
+    if rng.random() < 0.3:
+        cmds.append("ALTER COLUMN id SET NOT NULL")
+    if rng.random() < 0.3:
+        cmds.append("ADD CONSTRAINT %s_id_pos CHECK (id > 0)" % src)
+    if rng.random() < 0.3:
+        k = rng.randint(0, 9)
+        cmds.append("ADD COLUMN added int NOT NULL DEFAULT %d CHECK (added >= 0)" % k)
+        cols.append(["added", "int"])
+    rng.shuffle(cmds)
+    stmts = ["ALTER TABLE %s %s;" % (src, ", ".join(cmds))]
+    if rng.random() < 0.4:
+        stmts.append("CREATE INDEX ON %s (%s);" % (src, rng.choice(cols)[0]))
+    if rng.random() < 0.3:
+        stmts.append("ALTER TABLE %s ADD COLUMN note text DEFAULT 'n';" % src)
+        stmts.append("ALTER TABLE %s ALTER COLUMN note DROP DEFAULT;" % src)
+        cols.append(["note", "text"])
+    if len(cols) > 3 and rng.random() < 0.3:
+        victim = rng.choice(cols[1:])
+        stmts.append("ALTER TABLE %s DROP COLUMN %s;" % (src, victim[0]))
+        cols.remove(victim)
+    if len(cols) > 2 and rng.random() < 0.3:
+        col = rng.choice(cols[1:])
+        stmts.append("ALTER TABLE %s RENAME COLUMN %s TO %s_r;" % (src, col[0], col[0]))
+        col[0] += "_r"
+    return stmts, Table(src, [tuple(c) for c in cols], case.src_pk)
 
 
 def _with_alters(rng, stmts, src, src_cols):
