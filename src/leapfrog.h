@@ -211,6 +211,8 @@ typedef struct LfReplacement
 	List	   *added;			/* ... then (attnum, value): a Const */
 	/* read from the old table before it is retired */
 	List	   *fkeys;			/* "ADD CONSTRAINT ..." of its foreign keys */
+	List	   *incoming;		/* foreign keys that reference it (replace.c) */
+	List	   *referenced;		/* the copy's attnums those reference */
 	List	   *settings;		/* "SET (...)", "ALTER COLUMN ... SET STATISTICS" */
 	List	   *comment;		/* its comment, if any */
 	List	   *index_names;	/* in the order of its index list */
@@ -224,6 +226,7 @@ extern void lf_replace_switch(LfReplacement *r);
 extern void lf_replace_note(LfReplacement *r, AlterTableStmt *stmt);
 extern void lf_replace_noted(LfReplacement *r);
 extern Node *lf_replace_added_value(LfReplacement *r, AttrNumber attnum);
+extern void lf_replace_check_valid(LfReplacement *r);
 
 /* relevance.c */
 extern void lf_install_planner_hook(void);

@@ -28,11 +28,13 @@
  *
  * Rows then move lazily and in the background like those of any mapping;
  * a row that violates a new constraint fails the migration with the row
- * named, as for any mapping.  What a clone cannot carry yet is refused
- * (0A000) before anything changes: foreign keys that reference the table,
- * views and rules on it, user triggers, row security, publications,
- * inheritance and partitioning, generated columns, NOT VALID constraints
- * (the rows would be checked against them as they move).
+ * named, as for any mapping.  Foreign keys of other tables that reference
+ * the table move to the clone (dropped before the retirement, added again
+ * after the switch, valid).  What a clone cannot carry yet is refused
+ * (0A000) before anything changes: views and rules on it, user triggers, row security, publications,
+ * inheritance and partitioning, generated columns; and, at the end of the
+ * script, NOT VALID constraints on the copy (the rows would be checked
+ * against them as they move; a script that VALIDATEs them is fine).
  *
  * Internal SQL runs with search_path = pg_catalog, so the definitions read
  * in step 1 come out schema-qualified and mean the same thing in step 3.
@@ -65,6 +67,7 @@
 #include "parser/parse_coerce.h"
 #include "optimizer/optimizer.h"
 #include "utils/acl.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
 #include "utils/guc.h"
@@ -132,10 +135,6 @@ check_replaceable(Relation rel, const char *why)
 	if (rel->rd_rel->relpersistence == RELPERSISTENCE_TEMP)
 		refuse(errmsg("table \"%s\" is a temporary table", name),
 			   errdetail("%s, which is not supported for it.", detail));
-	if (exists_sql("SELECT 1 FROM pg_catalog.pg_constraint WHERE confrelid = %u AND contype = 'f'", relid))
-		refuse(errmsg("table \"%s\" is referenced by a foreign key", name),
-			   errdetail("%s, and a replacement cannot carry the foreign keys that reference it yet.", detail),
-			   errhint("Drop the foreign key in the script and add it back NOT VALID after it, then VALIDATE it after start()."));
 	if (exists_sql("SELECT 1 FROM pg_catalog.pg_depend d JOIN pg_catalog.pg_rewrite r ON r.oid = d.objid"
 				   " WHERE d.classid = 'pg_catalog.pg_rewrite'::pg_catalog.regclass"
 				   "   AND d.refclassid = 'pg_catalog.pg_class'::pg_catalog.regclass"
@@ -152,10 +151,6 @@ check_replaceable(Relation rel, const char *why)
 	if (exists_sql("SELECT 1 FROM pg_catalog.pg_publication_rel WHERE prrelid = %u", relid))
 		refuse(errmsg("table \"%s\" is in a publication", name),
 			   errdetail("%s, which cannot carry publication membership yet.", detail));
-	if (exists_sql("SELECT 1 FROM pg_catalog.pg_constraint WHERE conrelid = %u AND NOT convalidated", relid))
-		refuse(errmsg("table \"%s\" has NOT VALID constraints", name),
-			   errdetail("%s, and its rows would be checked against them as they move.", detail),
-			   errhint("VALIDATE the constraints, or drop them, before start()."));
 	if (exists_sql("SELECT 1 FROM pg_catalog.pg_attribute WHERE attrelid = %u AND attgenerated <> ''"
 				   " AND NOT attisdropped", relid))
 		refuse(errmsg("table \"%s\" has generated columns", name),
@@ -224,6 +219,175 @@ copy_privileges(LfReplacement *r)
 }
 
 /*
+ * Mark a constraint valid or NOT VALID in the catalog.  LIKE copies a NOT
+ * VALID check constraint as valid (the copy is empty): it is marked NOT
+ * VALID again, so that the script's VALIDATE CONSTRAINT finds it as eager
+ * does, and lf_replace_check_valid refuses one left unvalidated.  A
+ * foreign key moved to the copy was valid on the old table's rows, which
+ * are the copy's: it is added NOT VALID (the copy is empty) and marked valid.
+ */
+static void
+set_convalidated(Oid relid, const char *conname, bool valid)
+{
+	Relation	conrel = table_open(ConstraintRelationId, RowExclusiveLock);
+	Oid			conoid = get_relation_constraint_oid(relid, conname, false);
+	HeapTuple	tup = SearchSysCacheCopy1(CONSTROID, ObjectIdGetDatum(conoid));
+
+	if (!HeapTupleIsValid(tup))
+		elog(ERROR, "cache lookup failed for constraint %u", conoid);
+	((Form_pg_constraint) GETSTRUCT(tup))->convalidated = valid;
+	CatalogTupleUpdate(conrel, &tup->t_self, tup);
+	heap_freetuple(tup);
+	table_close(conrel, RowExclusiveLock);
+	CommandCounterIncrement();
+}
+
+/*
+ * At the end of the script: rows are inserted into the copy as they move,
+ * and an insert is checked against every constraint, NOT VALID or not;
+ * eagerly, the existing rows are not checked against a NOT VALID one.
+ */
+void
+lf_replace_check_valid(LfReplacement *r)
+{
+	List	   *names = sql_strings(psprintf(
+		"SELECT conname FROM pg_catalog.pg_constraint WHERE conrelid = %u AND NOT convalidated"
+		" ORDER BY conname", r->clone));
+
+	if (names != NIL)
+		refuse(errmsg("table \"%s\", replaced lazily, has NOT VALID constraint \"%s\"",
+					  r->relname, (char *) linitial(names)),
+			   errdetail("Its rows move into the new table as inserts, which are checked against every constraint; "
+						 "eagerly, the rows already there are not checked against a NOT VALID one."),
+			   errhint("VALIDATE the constraint in the script, or add it NOT VALID after start()."));
+}
+
+/* The columns of the referenced table that foreign key conname of relid uses. */
+static List *
+referenced_columns(Oid relid, const char *conname)
+{
+	HeapTuple	tup = SearchSysCache1(CONSTROID,
+									  ObjectIdGetDatum(get_relation_constraint_oid(relid, conname, false)));
+	List	   *out = NIL;
+	bool		isnull;
+	Datum		d;
+	ArrayType  *arr;
+
+	if (!HeapTupleIsValid(tup))
+		elog(ERROR, "cache lookup failed for constraint \"%s\"", conname);
+	d = SysCacheGetAttr(CONSTROID, tup, Anum_pg_constraint_confkey, &isnull);
+	arr = DatumGetArrayTypeP(d);
+	for (int i = 0; i < ARR_DIMS(arr)[0]; i++)
+		out = lappend_int(out, ((int16 *) ARR_DATA_PTR(arr))[i]);
+	ReleaseSysCache(tup);
+	return out;
+}
+
+/*
+ * A foreign key of another table that references the replaced one.  It is
+ * dropped before the old table is retired (the retired table must not act
+ * on the referencing rows when its rows are deleted as they move) and
+ * added again on the copy, valid: the copy receives exactly the old rows,
+ * which satisfied it.  The referencing table's checks then read the copy,
+ * whose statements migrate the rows they need like any other statement's.
+ */
+typedef struct IncomingKey
+{
+	Oid			relid;			/* the referencing table */
+	char	   *conname;
+	char	   *def;			/* pg_get_constraintdef, qualified */
+	bool		valid;
+} IncomingKey;
+
+/* Run internal SQL as the owner of table relid (DDL on a referencing table). */
+static void
+exec_sql_as_owner(Oid relid, const char *sql)
+{
+	HeapTuple	tup = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
+	LfSavedUser saved;
+
+	if (!HeapTupleIsValid(tup))
+		elog(ERROR, "cache lookup failed for relation %u", relid);
+	saved = lf_become(((Form_pg_class) GETSTRUCT(tup))->relowner, 0);
+	ReleaseSysCache(tup);
+
+	exec_sql(sql, SPI_OK_UTILITY);
+	lf_unbecome(saved);
+	CommandCounterIncrement();
+}
+
+static void
+collect_incoming_keys(LfReplacement *r, Relation rel, const char *detail)
+{
+	Oid			relid = RelationGetRelid(rel);
+
+	exec_sql(psprintf("SELECT c.conrelid, c.conname, pg_catalog.pg_get_constraintdef(c.oid),"
+					  "       c.convalidated, k.relkind = 'p' OR k.relispartition OR c.conparentid <> 0"
+					  "  FROM pg_catalog.pg_constraint c JOIN pg_catalog.pg_class k ON k.oid = c.conrelid"
+					  " WHERE c.confrelid = %u AND c.contype = 'f' AND c.conrelid <> %u"
+					  " ORDER BY c.oid", relid, relid), SPI_OK_SELECT);
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		HeapTuple	tup = SPI_tuptable->vals[i];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+		IncomingKey *k = palloc0(sizeof(IncomingKey));
+		bool		isnull;
+
+		k->relid = DatumGetObjectId(SPI_getbinval(tup, desc, 1, &isnull));
+		k->conname = SPI_getvalue(tup, desc, 2);
+		k->def = SPI_getvalue(tup, desc, 3);
+		k->valid = DatumGetBool(SPI_getbinval(tup, desc, 4, &isnull));
+		if (DatumGetBool(SPI_getbinval(tup, desc, 5, &isnull)))
+			refuse(errmsg("table \"%s\" is referenced by a foreign key of partitioned table \"%s\"",
+						  RelationGetRelationName(rel), get_rel_name(k->relid)),
+				   errdetail("%s, and a replacement cannot carry such a foreign key yet.", detail));
+		if (lf_is_target(k->relid) || lf_is_input(k->relid))
+			refuse(errmsg("table \"%s\" is referenced by table \"%s\", which is under migration",
+						  RelationGetRelationName(rel), get_rel_name(k->relid)),
+				   errdetail("%s.", detail),
+				   errhint("Wait for the running migration with leapfrog.wait()."));
+		r->incoming = lappend(r->incoming, k);
+	}
+}
+
+/* Step 1: the foreign keys that reference the old table are dropped ... */
+static void
+drop_incoming_keys(LfReplacement *r)
+{
+	ListCell   *lc;
+
+	foreach(lc, r->incoming)
+	{
+		IncomingKey *k = lfirst(lc);
+
+		exec_sql_as_owner(k->relid, psprintf("ALTER TABLE %s DROP CONSTRAINT %s",
+											 lf_relation_name(k->relid),
+											 quote_identifier(k->conname)));
+	}
+}
+
+/* ... and step 3: added again, referencing the copy, as valid as they were. */
+static void
+add_incoming_keys(LfReplacement *r)
+{
+	ListCell   *lc;
+
+	foreach(lc, r->incoming)
+	{
+		IncomingKey *k = lfirst(lc);
+
+		exec_sql_as_owner(k->relid, psprintf("ALTER TABLE %s ADD CONSTRAINT %s %s%s",
+											 lf_relation_name(k->relid),
+											 quote_identifier(k->conname), k->def,
+											 k->valid ? " NOT VALID" : ""));
+		if (k->valid)
+			set_convalidated(k->relid, k->conname, true);
+		r->referenced = list_concat_unique_int(r->referenced,
+											   referenced_columns(k->relid, k->conname));
+	}
+}
+
+/*
  * Step 1.  The caller (start.c) has checked that the table is not under
  * migration and holds AccessExclusiveLock on it.  `why` names the statement
  * for the refusals.
@@ -238,6 +402,7 @@ lf_replace_begin(Oid relid, const char *why)
 	char	   *tmpname;
 	StringInfoData sql;
 	List	   *indexes;
+	List	   *unvalidated;
 	ListCell   *lc;
 
 	if (!pg_class_ownercheck(relid, GetUserId()))
@@ -269,6 +434,11 @@ lf_replace_begin(Oid relid, const char *why)
 		"  FROM pg_catalog.pg_attribute WHERE attrelid = %u AND attnum > 0 AND NOT attisdropped"
 		"   AND attstattarget >= 0", relid, relid));
 	r->comment = sql_strings(psprintf("SELECT pg_catalog.obj_description(%u, 'pg_class')", relid));
+	collect_incoming_keys(r, rel, psprintf("Table \"%s\" would be replaced lazily (%s)",
+										   RelationGetRelationName(rel), why));
+	unvalidated = sql_strings(psprintf(
+		"SELECT conname FROM pg_catalog.pg_constraint WHERE conrelid = %u AND contype = 'c'"
+		"   AND NOT convalidated", relid));
 	r->owner = rel->rd_rel->relowner;
 	r->replident = rel->rd_rel->relreplident;
 	indexes = RelationGetIndexList(rel);
@@ -307,9 +477,12 @@ lf_replace_begin(Oid relid, const char *why)
 						 quote_identifier(get_tablespace_name(rel->rd_rel->reltablespace)));
 	/* ALTER TABLE refuses a table this backend has open: keep the lock only */
 	table_close(rel, NoLock);
+	drop_incoming_keys(r);
 	exec_sql(sql.data, SPI_OK_UTILITY);
 	CommandCounterIncrement();
 	r->clone = get_relname_relid(tmpname, get_rel_namespace(relid));
+	foreach(lc, unvalidated)
+		set_convalidated(r->clone, lfirst(lc), false);
 
 	/* serial columns: their sequences now belong to the clone's columns */
 	foreach(lc, getOwnedSequences(relid))
@@ -388,6 +561,7 @@ lf_replace_switch(LfReplacement *r)
 	foreach(lc, r->fkeys)
 		exec_sql(psprintf("ALTER TABLE %s %s", qname, (char *) lfirst(lc)), SPI_OK_UTILITY);
 	CommandCounterIncrement();
+	add_incoming_keys(r);
 }
 
 /* serial, bigserial, ...: the column's default is nextval() */
@@ -460,6 +634,51 @@ added_value(LfReplacement *r, ColumnDef *col)
 }
 
 /*
+ * Whether a raw USING expression reads a column retyped by an earlier
+ * statement (retyped_before): eagerly it sees that column's new value, the
+ * mapping its old one.  A name that is no column (a whole-row reference)
+ * reads every column.
+ */
+typedef struct UsingReads
+{
+	LfReplacement *r;
+	bool	   *retyped_before;
+} UsingReads;
+
+static bool
+using_reads_walker(Node *node, UsingReads *ctx)
+{
+	if (node == NULL)
+		return false;
+	if (IsA(node, ColumnRef))
+	{
+		ColumnRef  *cref = (ColumnRef *) node;
+		Node	   *last = llast(cref->fields);
+		AttrNumber	attnum = InvalidAttrNumber;
+
+		if (IsA(last, String))
+			attnum = get_attnum(ctx->r->clone, strVal(last));
+		if (attnum == InvalidAttrNumber)
+		{
+			for (int i = 0; i < ctx->r->nsource; i++)
+				if (ctx->retyped_before[i])
+					return true;
+			return false;
+		}
+		return attnum <= ctx->r->nsource && ctx->retyped_before[attnum - 1];
+	}
+	return raw_expression_tree_walker(node, using_reads_walker, (void *) ctx);
+}
+
+static bool
+using_reads_retyped(LfReplacement *r, Node *raw, bool *retyped_before)
+{
+	UsingReads	ctx = {r, retyped_before};
+
+	return using_reads_walker(raw, &ctx);
+}
+
+/*
  * Step 4: an ALTER TABLE about to run on the clone.  A type change records
  * its USING expression for the mapping, which reads the old table: its
  * column names must still be the clone's (no column added, dropped or
@@ -469,8 +688,10 @@ added_value(LfReplacement *r, ColumnDef *col)
 void
 lf_replace_note(LfReplacement *r, AlterTableStmt *stmt)
 {
+	bool	   *retyped_before = palloc(sizeof(bool) * Max(r->nsource, 1));
 	ListCell   *lc;
 
+	memcpy(retyped_before, r->retyped, sizeof(bool) * r->nsource);
 	foreach(lc, stmt->cmds)
 	{
 		AlterTableCmd *cmd = lfirst(lc);
@@ -495,6 +716,11 @@ lf_replace_note(LfReplacement *r, AlterTableStmt *stmt)
 		if (r->retyped[attnum - 1])
 			refuse(errmsg("column \"%s\" of table \"%s\" changes type twice in the script",
 						  cmd->name, r->relname));
+		if (list_member_int(r->referenced, attnum))
+			refuse(errmsg("column \"%s\" of table \"%s\", replaced lazily, is referenced by a foreign key of another table",
+						  cmd->name, r->relname),
+				   errdetail("PostgreSQL would check every referencing row against the new type."),
+				   errhint("Drop the foreign key in the script and add it back NOT VALID after the type change, then VALIDATE it after start()."));
 		r->retyped[attnum - 1] = true;
 		if (((ColumnDef *) cmd->def)->raw_default)
 		{
@@ -502,6 +728,11 @@ lf_replace_note(LfReplacement *r, AlterTableStmt *stmt)
 				refuse(errmsg("ALTER COLUMN ... TYPE ... USING on table \"%s\" after columns were added, dropped or renamed in the script",
 							  r->relname),
 					   errhint("Put the type change first."));
+			if (using_reads_retyped(r, ((ColumnDef *) cmd->def)->raw_default, retyped_before))
+				refuse(errmsg("ALTER COLUMN ... TYPE ... USING on table \"%s\" reads a column whose type an earlier statement of the script changed",
+							  r->relname),
+					   errdetail("The mapping computes the USING expression from the old row, where that column still has its old type and value."),
+					   errhint("Make the type changes in one ALTER TABLE statement: its USING expressions all read the old row."));
 			r->using_expr[attnum - 1] = copyObject(((ColumnDef *) cmd->def)->raw_default);
 		}
 	}

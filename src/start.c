@@ -9,8 +9,10 @@
  * thing whatever search_path later sessions use); each DROP TABLE of a
  * mapping's input retires the table instead: it is renamed and moved to
  * schema leapfrog_retired, keeping its data until the migration is done.
- * ALTER TABLE on a table holding rows runs only if it is a catalog change
- * (alter.c).
+ * ALTER TABLE on a table holding rows runs as written if it is a catalog
+ * change (alter.c), and replaces the table lazily if PostgreSQL would read
+ * the table to carry it out (replace.c), as CREATE INDEX does.  INSERT ...
+ * VALUES, UPDATE and DELETE on tables outside the mappings run as written.
  *
  * Everything happens in the caller's transaction, so start() is all or
  * nothing.  The whole switch runs in a subtransaction with a short
@@ -83,6 +85,10 @@ typedef struct StartState
 
 #define refuse(...) \
 	ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED), __VA_ARGS__))
+
+static bool collect_relations(Node *node, List **relids);
+static void do_data_stmt(StartState *st, RawStmt *rs, List *queries);
+static LfReplacement *replacement_of(StartState *st, Oid relid);
 
 /* ---------------------------------------------------------------------
  * Lock retries
@@ -380,6 +386,17 @@ build_mapping(StartState *st, Query *ins, Oid *input_out)
 	return sel;
 }
 
+/* Whether an INSERT reads a table besides its target: a mapping if so. */
+static bool
+reads_a_table(Query *ins)
+{
+	List	   *relids = NIL;
+	Oid			target = rt_fetch(ins->resultRelation, ins->rtable)->relid;
+
+	(void) collect_relations((Node *) ins, &relids);
+	return list_length(list_delete_oid(relids, target)) > 0;
+}
+
 static void
 add_mapping(StartState *st, RawStmt *rs)
 {
@@ -393,6 +410,11 @@ add_mapping(StartState *st, RawStmt *rs)
 	if (list_length(queries) != 1)
 		refuse(errmsg("INSERT rewritten by rules is not supported in a leapfrog script"));
 	ins = linitial_node(Query, queries);
+	if (!reads_a_table(ins))
+	{
+		do_data_stmt(st, rs, queries);	/* INSERT ... VALUES */
+		return;
+	}
 	pm = MemoryContextAllocZero(st->cxt, sizeof(PendingMapping));
 	map = build_mapping(st, ins, &pm->input);
 	pm->target = rt_fetch(ins->resultRelation, ins->rtable)->relid;
@@ -433,6 +455,89 @@ add_ctas(StartState *st, RawStmt *rs)
 		irs->stmt_len = rs->stmt_len;
 		add_mapping(st, irs);
 	}
+}
+
+/* ---------------------------------------------------------------------
+ * Data statements
+ * ---------------------------------------------------------------------
+ */
+static bool
+collect_relations(Node *node, List **relids)
+{
+	if (node == NULL)
+		return false;
+	if (IsA(node, Query))
+		return query_tree_walker((Query *) node, collect_relations, (void *) relids,
+								 QTW_EXAMINE_RTES_BEFORE);
+	if (IsA(node, RangeTblEntry))
+	{
+		if (((RangeTblEntry *) node)->rtekind == RTE_RELATION)
+			*relids = list_append_unique_oid(*relids, ((RangeTblEntry *) node)->relid);
+		return false;
+	}
+	return expression_tree_walker(node, collect_relations, (void *) relids);
+}
+
+/*
+ * A data statement (INSERT ... VALUES, UPDATE, DELETE: version tables of
+ * migration tools, rows of a new lookup table) runs as written, where it
+ * stands in the script.  A mapping's rows move after start(), so it may not
+ * write the input or the target of a mapping made before it (eagerly, the
+ * copied rows would not see the change, or the change would apply to
+ * them), nor read such a target (eagerly, it would see the copied rows);
+ * nor touch a table under a running migration.  Before the mapping, the
+ * input still holds every row, and the target is empty, as eagerly.
+ */
+static void
+do_data_stmt(StartState *st, RawStmt *rs, List *queries)
+{
+	List	   *writes = NIL;
+	List	   *reads = NIL;
+	ListCell   *lc,
+			   *lc2;
+
+	foreach(lc, queries)
+	{
+		Query	   *q = lfirst_node(Query, lc);
+
+		if (q->resultRelation > 0)
+			writes = list_append_unique_oid(writes, rt_fetch(q->resultRelation, q->rtable)->relid);
+		(void) collect_relations((Node *) q, &reads);
+	}
+	foreach(lc, reads)
+		if (lf_is_target(lfirst_oid(lc)) || lf_is_input(lfirst_oid(lc)))
+			refuse(errmsg("statement on table \"%s\", which is under migration, is not supported in a leapfrog script",
+						  get_rel_name(lfirst_oid(lc))),
+				   errdetail("Statement: %s", stmt_text(st, rs)),
+				   errhint("Run it after start(), or wait for the running migration with leapfrog.wait()."));
+	foreach(lc, st->mappings)
+	{
+		PendingMapping *pm = lfirst(lc);
+
+		foreach(lc2, writes)
+			if (lfirst_oid(lc2) == pm->input || lfirst_oid(lc2) == pm->target)
+				refuse(errmsg("statement changes table \"%s\" after a mapping that %s it",
+							  get_rel_name(lfirst_oid(lc2)),
+							  lfirst_oid(lc2) == pm->input ? "reads" : "fills"),
+					   errdetail("The mapping's rows move after start(). Statement: %s",
+								 stmt_text(st, rs)),
+					   errhint("Put the statement before the mapping, or run it after start()."));
+		if (list_member_oid(reads, pm->target))
+			refuse(errmsg("statement reads table \"%s\" after a mapping that fills it",
+						  get_rel_name(pm->target)),
+				   errdetail("The mapping's rows move after start(). Statement: %s",
+							 stmt_text(st, rs)),
+				   errhint("Run the statement after start()."));
+	}
+	foreach(lc, reads)
+		if (replacement_of(st, lfirst_oid(lc)))
+			refuse(errmsg("statement on table \"%s\" after the script replaced it lazily",
+						  get_rel_name(lfirst_oid(lc))),
+				   errdetail("Its rows move after start(). Statement: %s", stmt_text(st, rs)),
+				   errhint("Put the statement before the ALTER TABLE, or run it after start()."));
+	if (SPI_execute(stmt_text(st, rs), false, 0) < 0)
+		elog(ERROR, "leapfrog: data statement failed");
+	CommandCounterIncrement();
 }
 
 /* ---------------------------------------------------------------------
@@ -775,6 +880,7 @@ add_replacement_mapping(StartState *st, LfReplacement *r)
 
 	if (!OidIsValid(get_rel_namespace(r->clone)))
 		refuse(errmsg("table \"%s\", replaced by the script, is dropped by it", r->relname));
+	lf_replace_check_valid(r);
 	in = table_open(r->old, AccessShareLock);
 	target = table_open(r->clone, AccessShareLock);
 	desc = RelationGetDescr(target);
@@ -894,6 +1000,11 @@ run_script(StartState *st)
 				break;
 			case T_InsertStmt:
 				add_mapping(st, rs);
+				break;
+			case T_UpdateStmt:
+			case T_DeleteStmt:
+				do_data_stmt(st, rs, pg_analyze_and_rewrite_fixedparams(copyObject(rs), st->script,
+																		 NULL, 0, NULL));
 				break;
 			case T_CreateTableAsStmt:
 				add_ctas(st, rs);
@@ -1042,14 +1153,11 @@ check_statement_kinds(StartState *st)
 				break;
 			case T_UpdateStmt:
 			case T_DeleteStmt:
-				refuse(errmsg("UPDATE and DELETE are not supported in a leapfrog script"),
-					   errdetail("Statement: %s", stmt_text(st, rs)),
-					   errhint("Express the change as INSERT ... SELECT into a new table."));
 				break;
 			default:
 				refuse(errmsg("statement not supported in a leapfrog script"),
 					   errdetail("Statement: %s", stmt_text(st, rs)),
-					   errhint("A script may hold CREATE TABLE, CREATE INDEX on its new tables, ALTER TABLE, renames, COMMENT, INSERT ... SELECT, CREATE TABLE ... AS SELECT, DROP TABLE and DROP INDEX."));
+					   errhint("A script may hold CREATE TABLE, CREATE INDEX, ALTER TABLE, renames, COMMENT, INSERT ... SELECT, CREATE TABLE ... AS SELECT, DROP TABLE, DROP INDEX, and INSERT ... VALUES, UPDATE and DELETE on tables outside its mappings."));
 		}
 	}
 }

@@ -118,7 +118,7 @@ BEGIN
 EXCEPTION WHEN others THEN
     RETURN 'error ' || SQLSTATE;
 END $$;
-CREATE FUNCTION public.at_diff(name text, script text, stmts text[] = '{}')
+CREATE FUNCTION public.at_diff(name text, script text, stmts text[] = '{}', rel text = 't')
 RETURNS SETOF text LANGUAGE plpgsql AS $$
 DECLARE
     st text;
@@ -130,7 +130,7 @@ DECLARE
                                   coalesce(a.attacl::text, ''-''), '', '' ORDER BY a.attnum)
                              FROM pg_catalog.pg_attribute a
                             WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped)
-                     FROM pg_catalog.pg_class c WHERE c.oid = ''t''::regclass';
+                     FROM pg_catalog.pg_class c WHERE c.oid = $1::regclass';
 BEGIN
     -- sequences are not transactional: earlier tests moved one of them
     PERFORM pg_catalog.setval('at_eager.t_q_seq', 1000);
@@ -153,21 +153,21 @@ BEGIN
     END LOOP;
     PERFORM leapfrog.complete(name);
     PERFORM pg_catalog.set_config('search_path', 'at_eager', true);
-    EXECUTE props INTO e;
+    EXECUTE props INTO e USING rel;
     PERFORM pg_catalog.set_config('search_path', 'at_lazy', true);
-    EXECUTE props INTO l;
+    EXECUTE props INTO l USING rel;
     IF e IS DISTINCT FROM l THEN
         RETURN NEXT pg_catalog.format('properties: eager %s, lazy %s', e, l);
     END IF;
     RETURN QUERY SELECT 'only lazy: ' || x
-                   FROM (SELECT public.regress_shape('at_lazy.t')
-                         EXCEPT SELECT public.regress_shape('at_eager.t')) d(x);
+                   FROM (SELECT public.regress_shape('at_lazy.' || rel)
+                         EXCEPT SELECT public.regress_shape('at_eager.' || rel)) d(x);
     RETURN QUERY SELECT 'only eager: ' || x
-                   FROM (SELECT public.regress_shape('at_eager.t')
-                         EXCEPT SELECT public.regress_shape('at_lazy.t')) d(x);
+                   FROM (SELECT public.regress_shape('at_eager.' || rel)
+                         EXCEPT SELECT public.regress_shape('at_lazy.' || rel)) d(x);
     RETURN QUERY SELECT pg_catalog.format('after complete: %s rows, %s only lazy, %s only eager',
                                           c.lazy_rows, c.lazy_only, c.eager_only)
-                   FROM public.regress_compare('at_lazy.t', 'at_eager.t') c;
+                   FROM public.regress_compare('at_lazy.' || rel, 'at_eager.' || rel) c;
 END $$;
 BEGIN;
 SELECT public.at_diff('r1', 'ALTER TABLE t ALTER COLUMN v TYPE bigint',
@@ -207,6 +207,52 @@ BEGIN;
 SELECT public.at_diff('r8', 'ALTER TABLE t ADD COLUMN r int DEFAULT 1 REFERENCES parent, ADD COLUMN d public.posint',
     ARRAY['SELECT r, d FROM t WHERE id = 12', 'UPDATE t SET d = 0 WHERE id = 12']);
 ROLLBACK;
+-- VALIDATE CONSTRAINT of a constraint added NOT VALID earlier (the safe
+-- two-step of migration linters): the rows are checked as they move.  Type
+-- changes in one statement: every USING reads the old row, as eagerly.
+BEGIN;
+ALTER TABLE at_eager.t ADD CONSTRAINT v_pos CHECK (v > 0) NOT VALID;
+ALTER TABLE at_lazy.t ADD CONSTRAINT v_pos CHECK (v > 0) NOT VALID;
+ALTER TABLE at_eager.t ADD CONSTRAINT t_p_fk FOREIGN KEY (p) REFERENCES at_eager.parent NOT VALID;
+ALTER TABLE at_lazy.t ADD CONSTRAINT t_p_fk FOREIGN KEY (p) REFERENCES at_lazy.parent NOT VALID;
+SELECT public.at_diff('r13', 'ALTER TABLE t VALIDATE CONSTRAINT v_pos, VALIDATE CONSTRAINT t_p_fk',
+    ARRAY['UPDATE t SET v = -1 WHERE id = 3', 'SELECT * FROM t WHERE id = 3',
+          'INSERT INTO t (id, v, p) VALUES (5000, 1, 999)']);
+ROLLBACK;
+BEGIN;
+SELECT public.at_diff('r14', 'ALTER TABLE t ALTER COLUMN n TYPE int, ALTER COLUMN v TYPE numeric USING v + n',
+    ARRAY['SELECT v, n FROM t WHERE id = 15']);
+ROLLBACK;
+-- A table that other tables' foreign keys reference: the keys move to the
+-- copy, valid.  The referencing tables' checks and the actions of the
+-- copy's deletes behave as eagerly, before and after completion.
+SELECT $$
+  CREATE TABLE acct (id int PRIMARY KEY, name text);
+  INSERT INTO acct SELECT g, 'n' || g FROM generate_series(1, 1000) g;
+  CREATE TABLE ord (id int PRIMARY KEY, acct_id int REFERENCES acct ON DELETE CASCADE);
+  INSERT INTO ord SELECT g, g % 1000 + 1 FROM generate_series(1, 3000) g;
+  CREATE TABLE hold (id int PRIMARY KEY, acct_id int CONSTRAINT hold_acct REFERENCES acct);
+  INSERT INTO hold VALUES (1, 8);
+$$ AS fk_setup \gset
+SET search_path = at_eager;
+SELECT public.regress_eager(:'fk_setup');
+SET search_path = at_lazy;
+SELECT public.regress_eager(:'fk_setup');
+BEGIN;
+SELECT public.at_diff('r15', 'CREATE INDEX ON acct (name); ALTER TABLE acct ALTER COLUMN name SET NOT NULL',
+    ARRAY['INSERT INTO ord VALUES (5000, 5)', 'INSERT INTO ord VALUES (5001, 99999)',
+          'UPDATE ord SET acct_id = 9 WHERE id = 3', 'DELETE FROM acct WHERE id = 7',
+          'SELECT count(*) FROM ord WHERE acct_id = 7', 'DELETE FROM acct WHERE id = 8',
+          'UPDATE acct SET id = 5555 WHERE id = 11', 'SELECT count(*) FROM acct'], 'acct');
+SELECT * FROM public.regress_compare('at_lazy.ord', 'at_eager.ord');
+SELECT conrelid::regclass, conname, confrelid::regclass, convalidated
+  FROM pg_constraint WHERE contype = 'f' AND connamespace = 'at_lazy'::regnamespace
+   AND confrelid = 'acct'::regclass ORDER BY 1;
+-- After completion, the keys act from the copy.
+DELETE FROM acct WHERE id = 12;
+SELECT count(*) FROM ord WHERE acct_id = 12;
+ROLLBACK;
+SELECT public.at_probe('x19', 'ALTER TABLE acct ALTER COLUMN id TYPE bigint', 'acct');
 -- CREATE INDEX on a table holding rows, unique or not, and several
 -- statements on one replaced table: the later ones run on its copy.
 BEGIN;
@@ -264,7 +310,7 @@ SELECT public.at_probe('x9', $$CREATE INDEX ON t (v);
   INSERT INTO t (id, v) SELECT id, v FROM t2$$);
 SELECT public.at_probe('x10', $$CREATE INDEX ON t (v); DROP TABLE t$$);
 BEGIN;
-CREATE TABLE child (id int REFERENCES t);
+CREATE TABLE child (id int REFERENCES t) PARTITION BY RANGE (id);
 SELECT public.at_probe('x11', 'CREATE INDEX ON t (v)');
 ROLLBACK;
 BEGIN;
@@ -284,6 +330,16 @@ BEGIN;
 ALTER TABLE t ADD CONSTRAINT v_pos CHECK (v > 0) NOT VALID;
 SELECT public.at_probe('x15', 'CREATE INDEX ON t (v)');
 ROLLBACK;
+-- A NOT VALID constraint on a replaced table: the rows would be checked
+-- against it as they move, eagerly they are not.
+SELECT public.at_probe('x16', $$ALTER TABLE t ALTER COLUMN v TYPE bigint;
+  ALTER TABLE t ADD CONSTRAINT v_pos CHECK (v > 0) NOT VALID$$);
+-- USING that reads a column an earlier statement retyped: eagerly it reads
+-- the new value, the mapping would read the old one.
+SELECT public.at_probe('x17', $$ALTER TABLE t ALTER COLUMN n TYPE int;
+  ALTER TABLE t ALTER COLUMN v TYPE numeric USING v + n$$);
+SELECT public.at_probe('x18', $$ALTER TABLE t ALTER COLUMN n TYPE int;
+  ALTER TABLE t ALTER COLUMN v TYPE text USING t::text$$);
 -- Nothing of a refused script stays.
 SELECT count(*) AS columns FROM pg_attribute WHERE attrelid = 't'::regclass AND attnum > 0;
 SELECT count(*) AS migrations FROM leapfrog.migrations;
@@ -378,6 +434,64 @@ ALTER TABLE "shop_item" DROP COLUMN "legacy";
 $$, 'shop_item');
 SELECT * FROM shop_item WHERE id = 3;
 ROLLBACK;
+-- Alembic offline mode (alembic upgrade --sql): the version table is
+-- updated by an UPDATE, which runs as written.  Data statements on tables
+-- outside the mappings run where they stand; before a mapping they may
+-- change its input, after it they may not touch its input or target.
+CREATE TABLE alembic_version (version_num varchar(32) NOT NULL,
+                              CONSTRAINT alembic_version_pkc PRIMARY KEY (version_num));
+INSERT INTO alembic_version VALUES ('1975ea83b712');
+BEGIN;
+SELECT public.at_probe('alembic1', $$BEGIN;
+
+-- Running upgrade 1975ea83b712 -> ae1027a6acf
+
+ALTER TABLE shop_item ADD COLUMN last_transaction_date TIMESTAMP WITHOUT TIME ZONE;
+
+ALTER TABLE shop_item ALTER COLUMN price TYPE NUMERIC(10, 2);
+
+CREATE INDEX ix_shop_item_name ON shop_item (name);
+
+UPDATE alembic_version SET version_num='ae1027a6acf' WHERE alembic_version.version_num = '1975ea83b712';
+
+COMMIT;
+$$, 'shop_item');
+SELECT * FROM alembic_version;
+SELECT * FROM shop_item WHERE id = 3;
+SELECT leapfrog.complete('alembic1');
+SELECT count(*), count(last_transaction_date), sum(price) FROM shop_item;
+ROLLBACK;
+BEGIN;
+SELECT leapfrog.start('data1', $$
+  CREATE TABLE item_status (id int PRIMARY KEY, label text);
+  INSERT INTO item_status VALUES (1, 'new'), (2, 'old') RETURNING id;
+  UPDATE shop_item SET legacy = 'fixed' WHERE id = 3;
+  CREATE TABLE shop_item2 (id bigint PRIMARY KEY, name text, legacy text, status int);
+  INSERT INTO shop_item2 SELECT id, name, legacy, 1 FROM shop_item;
+  DROP TABLE shop_item;
+  DELETE FROM item_status WHERE id = 2;
+$$);
+SELECT * FROM item_status;
+SELECT * FROM shop_item2 WHERE id IN (3, 4) ORDER BY id;
+ROLLBACK;
+\set VERBOSITY terse
+SELECT leapfrog.start('data2', $$CREATE TABLE shop_item2 (id bigint, name text);
+  INSERT INTO shop_item2 SELECT id, name FROM shop_item; DROP TABLE shop_item;
+  DELETE FROM shop_item2 WHERE id = 1$$);
+SELECT leapfrog.start('data3', $$CREATE TABLE shop_item2 (id bigint, name text);
+  INSERT INTO shop_item2 SELECT id, name FROM shop_item;
+  UPDATE shop_item SET name = 'x' WHERE id = 1; DROP TABLE shop_item$$);
+SELECT leapfrog.start('data4', $$CREATE TABLE shop_item2 (id bigint, name text);
+  INSERT INTO shop_item2 SELECT id, name FROM shop_item; DROP TABLE shop_item;
+  UPDATE alembic_version SET version_num = (SELECT max(name) FROM shop_item2)$$);
+SELECT leapfrog.start('data5', $$ALTER TABLE shop_item ALTER COLUMN price SET NOT NULL;
+  UPDATE shop_item SET price = 0 WHERE id = 1$$);
+BEGIN;
+SELECT leapfrog.start('data6', 'CREATE INDEX ON shop_item (price)');
+SELECT leapfrog.start('data7', 'UPDATE alembic_version SET version_num = (SELECT max(name) FROM shop_item)');
+ROLLBACK;
+\set VERBOSITY default
+SELECT * FROM alembic_version;
 -- Replaced lazily: Django's PositiveIntegerField (an inline CHECK), then
 -- Rails' change_column_null and add_index, in one script.  The identity
 -- column keeps its sequence's position.

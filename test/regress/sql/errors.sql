@@ -100,16 +100,17 @@ SELECT leapfrog.start('er_12f', $$CREATE TABLE dst (id int);
 INSERT INTO dst SELECT id FROM src WHERE src IS NOT NULL;
 DROP TABLE src;$$);
 SELECT * FROM unchanged(:src_oid, :other_oid);
--- 0A000: UPDATE
+-- 0A000: UPDATE of a mapping's target after the mapping (its rows move
+-- after start())
 SELECT leapfrog.start('er_13', $$CREATE TABLE dst (id int PRIMARY KEY, v text NOT NULL);
 INSERT INTO dst SELECT id, v FROM src;
 UPDATE dst SET v = 'x';
 DROP TABLE src;$$);
 SELECT * FROM unchanged(:src_oid, :other_oid);
--- 0A000: DELETE
-SELECT leapfrog.start('er_14', $$DELETE FROM src WHERE id = 1;
-CREATE TABLE dst (id int PRIMARY KEY, v text NOT NULL);
+-- 0A000: DELETE of a mapping's input after the mapping
+SELECT leapfrog.start('er_14', $$CREATE TABLE dst (id int PRIMARY KEY, v text NOT NULL);
 INSERT INTO dst SELECT id, v FROM src;
+DELETE FROM src WHERE id = 1;
 DROP TABLE src;$$);
 SELECT * FROM unchanged(:src_oid, :other_oid);
 -- 0A000: volatile expression
@@ -126,7 +127,7 @@ SELECT * FROM unchanged(:src_oid, :other_oid);
 SELECT leapfrog.start('er_17', $$CREATE TABLE dst (id int PRIMARY KEY, v text NOT NULL);
 INSERT INTO dst SELECT id, v FROM src;$$);
 SELECT * FROM unchanged(:src_oid, :other_oid);
--- 0A000: INSERT ... VALUES
+-- 0A000: INSERT ... VALUES into a mapping's target after the mapping
 SELECT leapfrog.start('er_18', $$CREATE TABLE dst (id int PRIMARY KEY, v text NOT NULL);
 INSERT INTO dst SELECT id, v FROM src;
 INSERT INTO dst VALUES (100, 'x');
