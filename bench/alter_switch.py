@@ -98,7 +98,7 @@ def main():
     print(f"\n{'script':<60} {'how':<17} {'lazy ms':>22} {'eager ms':>26} eager/lazy")
     for s in SCRIPTS:
         print(f"{s:<60} {how[s]:<17} {fmt(lazy[s]):>22} {fmt(eager[s]):>26} "
-              f"{statistics.median(eager[s]) / statistics.median(lazy[s]):9.0f}x")
+              f"{statistics.median(eager[s]) / statistics.median(lazy[s]):9.1f}x")
 
 
 if __name__ == "__main__":

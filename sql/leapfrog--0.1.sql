@@ -35,7 +35,11 @@ CREATE TABLE leapfrog.migration (
 CREATE TABLE leapfrog.input (
     migration_id int NOT NULL REFERENCES leapfrog.migration ON DELETE CASCADE,
     relid        oid NOT NULL PRIMARY KEY,   -- the retired table
-    orig_name    text NOT NULL               -- its qualified name before start()
+    orig_name    text NOT NULL,              -- its qualified name before start()
+    -- A table the script altered without a rewrite, replaced lazily:
+    -- eagerly, a snapshot older than start() still sees its rows in it
+    -- (docs/design.md, "Snapshots older than the switch or the completion").
+    in_place     boolean NOT NULL DEFAULT false
 );
 
 -- One row per INSERT ... SELECT of the script.  query is the analyzed mapping

@@ -468,3 +468,23 @@ lf_alter_is_instant(AlterTableStmt *stmt, Oid relid, const char *text, char **wh
 	table_close(rel, AccessShareLock);
 	return instant;
 }
+
+/*
+ * Whether PostgreSQL rewrites table relid for this ALTER TABLE.  A snapshot
+ * taken before a rewrite sees the table empty afterwards (the rewrite is
+ * not MVCC-safe); before a change in place, it sees the rows.  Unknown
+ * subcommands count as in place: the answer then is 40001, never rows.
+ */
+bool
+lf_alter_rewrites(AlterTableStmt *stmt, Oid relid)
+{
+	Relation	rel = table_open(relid, AccessShareLock);
+	bool		rewrites = false;
+	ListCell   *lc;
+
+	foreach(lc, stmt->cmds)
+		if (subcommand_pass(rel, lfirst(lc)) == PASS_REWRITE)
+			rewrites = true;
+	table_close(rel, AccessShareLock);
+	return rewrites;
+}

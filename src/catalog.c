@@ -65,6 +65,7 @@ List	   *lf_recent_done = NIL;
 #define Anum_migration_done_xid		11
 #define Anum_input_migration_id		1
 #define Anum_input_relid			2
+#define Anum_input_in_place			4
 #define Anum_mapping_id				1
 #define Anum_mapping_migration_id	2
 #define Anum_mapping_input_relid	3
@@ -250,9 +251,13 @@ load_input(HeapTuple tup, TupleDesc desc)
 	LfMigration *m = lf_migration_by_id(DatumGetInt32(heap_getattr(tup, Anum_input_migration_id,
 																	desc, &isnull)));
 
-	if (m)
-		m->inputs = lappend_oid(m->inputs,
-								DatumGetObjectId(heap_getattr(tup, Anum_input_relid, desc, &isnull)));
+	Oid			relid = DatumGetObjectId(heap_getattr(tup, Anum_input_relid, desc, &isnull));
+
+	if (m == NULL)
+		return;
+	m->inputs = lappend_oid(m->inputs, relid);
+	if (DatumGetBool(heap_getattr(tup, Anum_input_in_place, desc, &isnull)))
+		m->in_place = lappend_oid(m->in_place, relid);
 }
 
 static void
@@ -546,15 +551,15 @@ lf_catalog_add_migration(const char *name, Oid owner, const char *script)
 }
 
 void
-lf_catalog_add_input(int migration_id, Oid relid, const char *orig_name)
+lf_catalog_add_input(int migration_id, Oid relid, const char *orig_name, bool in_place)
 {
-	Oid			types[3] = {INT4OID, OIDOID, TEXTOID};
-	Datum		values[3] = {Int32GetDatum(migration_id), ObjectIdGetDatum(relid),
-	CStringGetTextDatum(orig_name)};
+	Oid			types[4] = {INT4OID, OIDOID, TEXTOID, BOOLOID};
+	Datum		values[4] = {Int32GetDatum(migration_id), ObjectIdGetDatum(relid),
+	CStringGetTextDatum(orig_name), BoolGetDatum(in_place)};
 
 	spi_connect();
-	catalog_sql("INSERT INTO leapfrog.input (migration_id, relid, orig_name) VALUES ($1, $2, $3)",
-				3, types, values, false, SPI_OK_INSERT);
+	catalog_sql("INSERT INTO leapfrog.input (migration_id, relid, orig_name, in_place) "
+				"VALUES ($1, $2, $3, $4)", 4, types, values, false, SPI_OK_INSERT);
 	SPI_finish();
 }
 

@@ -155,6 +155,7 @@ typedef struct LfMigration
 	LfXact		started;		/* the transaction of start() */
 	LfXact		done;			/* of the completion (lf_recent_done only) */
 	List	   *inputs;			/* OIDs of retired tables (lf_active only) */
+	List	   *in_place;		/* those altered in place eagerly (replace.c) */
 	List	   *mappings;		/* LfMapping * (lf_active only) */
 	List	   *targets;		/* OIDs of new tables */
 	List	   *fkeys;			/* LfForeignKey * of the targets (lf_active only) */
@@ -180,7 +181,8 @@ extern void lf_invalidate_all(void);
 extern Oid	lf_retired_namespace(void);
 extern char *lf_relation_name(Oid relid);
 extern int	lf_catalog_add_migration(const char *name, Oid owner, const char *script);
-extern void lf_catalog_add_input(int migration_id, Oid relid, const char *orig_name);
+extern void lf_catalog_add_input(int migration_id, Oid relid, const char *orig_name,
+								 bool in_place);
 extern void lf_catalog_add_mapping(int migration_id, Oid input, Oid target, const char *query);
 extern bool lf_catalog_name_taken(const char *name);
 extern char *lf_catalog_state(const char *name, char **error);
@@ -194,6 +196,7 @@ extern void lf_catalog_log_progress(int migration_id, int64 n);
 
 /* alter.c */
 extern bool lf_alter_is_instant(AlterTableStmt *stmt, Oid relid, const char *text, char **why);
+extern bool lf_alter_rewrites(AlterTableStmt *stmt, Oid relid);
 
 /* replace.c: a table replaced by an empty copy of itself and a mapping */
 typedef struct LfReplacement
@@ -207,12 +210,12 @@ typedef struct LfReplacement
 	Node	  **using_expr;		/* per copied attribute: raw USING, or NULL */
 	bool	   *retyped;		/* per copied attribute: its type changed */
 	bool		columns_changed;	/* a column was added, dropped or renamed */
+	bool		rewrites;		/* eagerly, a statement rewrote the table */
 	List	   *pending_added;	/* (name, value) of columns being added ... */
 	List	   *added;			/* ... then (attnum, value): a Const */
 	/* read from the old table before it is retired */
 	List	   *fkeys;			/* "ADD CONSTRAINT ..." of its foreign keys */
-	List	   *incoming;		/* foreign keys that reference it (replace.c) */
-	List	   *referenced;		/* the copy's attnums those reference */
+	List	   *referenced;		/* the copy's attnums other tables' keys reference */
 	List	   *settings;		/* "SET (...)", "ALTER COLUMN ... SET STATISTICS" */
 	List	   *comment;		/* its comment, if any */
 	List	   *index_names;	/* in the order of its index list */

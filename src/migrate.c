@@ -986,6 +986,10 @@ prepare_statement(QueryDesc *qd, List *items)
 			over = true;		/* completed since the plan was made */
 		else if (xact && !lf_xact_visible(&mig->started, q))
 		{
+			if (list_member_oid(mig->in_place, lf_item_input(item)))
+				lf_snapshot_predates(mig->name,
+									 "the transaction's snapshot predates its start, and eagerly it "
+									 "would see the rows of the table altered in place.");
 			if (by_key(item))
 				before_start = lappend(before_start, item);
 		}

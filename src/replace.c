@@ -29,8 +29,7 @@
  * Rows then move lazily and in the background like those of any mapping;
  * a row that violates a new constraint fails the migration with the row
  * named, as for any mapping.  Foreign keys of other tables that reference
- * the table move to the clone (dropped before the retirement, added again
- * after the switch, valid).  What a clone cannot carry yet is refused
+ * the table move to the clone, in the catalog, valid.  What a clone cannot carry yet is refused
  * (0A000) before anything changes: views and rules on it, user triggers, row security, publications,
  * inheritance and partitioning, generated columns; and, at the end of the
  * script, NOT VALID constraints on the copy (the rows would be checked
@@ -66,10 +65,12 @@
 #include "parser/parse_collate.h"
 #include "parser/parse_coerce.h"
 #include "optimizer/optimizer.h"
+#include "storage/lmgr.h"
 #include "utils/acl.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
+#include "utils/inval.h"
 #include "utils/guc.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
@@ -219,12 +220,9 @@ copy_privileges(LfReplacement *r)
 }
 
 /*
- * Mark a constraint valid or NOT VALID in the catalog.  LIKE copies a NOT
- * VALID check constraint as valid (the copy is empty): it is marked NOT
- * VALID again, so that the script's VALIDATE CONSTRAINT finds it as eager
- * does, and lf_replace_check_valid refuses one left unvalidated.  A
- * foreign key moved to the copy was valid on the old table's rows, which
- * are the copy's: it is added NOT VALID (the copy is empty) and marked valid.
+ * LIKE copies a NOT VALID check constraint as valid (the copy is empty): it
+ * is marked NOT VALID again, so that the script's VALIDATE CONSTRAINT finds
+ * it as eager does, and lf_replace_check_valid refuses one left unvalidated.
  */
 static void
 set_convalidated(Oid relid, const char *conname, bool valid)
@@ -262,67 +260,214 @@ lf_replace_check_valid(LfReplacement *r)
 			   errhint("VALIDATE the constraint in the script, or add it NOT VALID after start()."));
 }
 
-/* The columns of the referenced table that foreign key conname of relid uses. */
-static List *
-referenced_columns(Oid relid, const char *conname)
+/*
+ * Foreign keys of other tables that reference the replaced table move to
+ * the clone, valid: the clone receives exactly the old rows, which satisfied
+ * them.  The referencing table's checks then read the clone, whose
+ * statements migrate the rows they need like any other statement's, and
+ * the clone's deletes and key updates fire the keys' actions.  They are
+ * moved in the catalog, as PostgreSQL's own DDL keeps them: the constraint
+ * (referenced table, index and columns), its triggers (the action triggers
+ * live on the referenced table, the check triggers name it) and their
+ * dependencies.  Dropping and adding them again would need an
+ * AccessExclusiveLock on every referencing table, so a long reader of one
+ * would hold the switch back; ShareRowExclusiveLock, what ADD FOREIGN KEY
+ * takes, keeps the referencing tables' writers out meanwhile, as eagerly
+ * the rewrite of the referenced table does.  The moves happen before the
+ * old table is retired: the retirement's DROP check would see the keys.
+ */
+typedef struct Repoint
 {
-	HeapTuple	tup = SearchSysCache1(CONSTROID,
-									  ObjectIdGetDatum(get_relation_constraint_oid(relid, conname, false)));
-	List	   *out = NIL;
-	bool		isnull;
-	Datum		d;
-	ArrayType  *arr;
+	LfReplacement *r;
+	List	   *old_indexes;	/* the old table's indexes ... */
+	List	   *new_indexes;	/* ... and the clone's, in the same order */
+} Repoint;
 
-	if (!HeapTupleIsValid(tup))
-		elog(ERROR, "cache lookup failed for constraint \"%s\"", conname);
-	d = SysCacheGetAttr(CONSTROID, tup, Anum_pg_constraint_confkey, &isnull);
-	arr = DatumGetArrayTypeP(d);
-	for (int i = 0; i < ARR_DIMS(arr)[0]; i++)
-		out = lappend_int(out, ((int16 *) ARR_DATA_PTR(arr))[i]);
-	ReleaseSysCache(tup);
-	return out;
+/* The clone's attribute number of the old table's attribute attnum. */
+static AttrNumber
+clone_attnum(LfReplacement *r, AttrNumber attnum)
+{
+	for (int i = 0; i < r->nsource; i++)
+		if (r->source[i] == attnum)
+			return i + 1;
+	elog(ERROR, "leapfrog: column %d of table \"%s\" has no copy", attnum, r->relname);
+	return InvalidAttrNumber;	/* not reached */
 }
 
-/*
- * A foreign key of another table that references the replaced one.  It is
- * dropped before the old table is retired (the retired table must not act
- * on the referencing rows when its rows are deleted as they move) and
- * added again on the copy, valid: the copy receives exactly the old rows,
- * which satisfied it.  The referencing table's checks then read the copy,
- * whose statements migrate the rows they need like any other statement's.
- */
-typedef struct IncomingKey
+static Oid
+clone_index(Repoint *rp, Oid index)
 {
-	Oid			relid;			/* the referencing table */
-	char	   *conname;
-	char	   *def;			/* pg_get_constraintdef, qualified */
-	bool		valid;
-} IncomingKey;
+	ListCell   *lc,
+			   *lc2;
 
-/* Run internal SQL as the owner of table relid (DDL on a referencing table). */
+	forboth(lc, rp->old_indexes, lc2, rp->new_indexes)
+		if (lfirst_oid(lc) == index)
+			return lfirst_oid(lc2);
+	return InvalidOid;
+}
+
+/* The dependencies of one object on the old table or its indexes. */
 static void
-exec_sql_as_owner(Oid relid, const char *sql)
+repoint_depends(Repoint *rp, Oid classid, Oid objid)
 {
-	HeapTuple	tup = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
-	LfSavedUser saved;
+	Relation	deprel = table_open(DependRelationId, RowExclusiveLock);
+	ScanKeyData key[2];
+	SysScanDesc scan;
+	HeapTuple	tup;
 
-	if (!HeapTupleIsValid(tup))
-		elog(ERROR, "cache lookup failed for relation %u", relid);
-	saved = lf_become(((Form_pg_class) GETSTRUCT(tup))->relowner, 0);
-	ReleaseSysCache(tup);
+	ScanKeyInit(&key[0], Anum_pg_depend_classid, BTEqualStrategyNumber, F_OIDEQ,
+				ObjectIdGetDatum(classid));
+	ScanKeyInit(&key[1], Anum_pg_depend_objid, BTEqualStrategyNumber, F_OIDEQ,
+				ObjectIdGetDatum(objid));
+	scan = systable_beginscan(deprel, DependDependerIndexId, true, NULL, 2, key);
+	while (HeapTupleIsValid(tup = systable_getnext(scan)))
+	{
+		Form_pg_depend dep = (Form_pg_depend) GETSTRUCT(tup);
+		Oid			index = clone_index(rp, dep->refobjid);
+		HeapTuple	copy;
 
-	exec_sql(sql, SPI_OK_UTILITY);
-	lf_unbecome(saved);
+		if (dep->refclassid != RelationRelationId ||
+			(dep->refobjid != rp->r->old && !OidIsValid(index)))
+			continue;
+		copy = heap_copytuple(tup);
+		dep = (Form_pg_depend) GETSTRUCT(copy);
+		if (dep->refobjid == rp->r->old)
+		{
+			dep->refobjid = rp->r->clone;
+			if (dep->refobjsubid > 0)
+				dep->refobjsubid = clone_attnum(rp->r, dep->refobjsubid);
+		}
+		else
+			dep->refobjid = index;
+		CatalogTupleUpdate(deprel, &copy->t_self, copy);
+		heap_freetuple(copy);
+	}
+	systable_endscan(scan);
+	table_close(deprel, RowExclusiveLock);
+}
+
+/* The triggers of foreign key conoid: on the clone, or naming it. */
+static void
+repoint_triggers(Repoint *rp, Oid conoid)
+{
+	Relation	trigrel = table_open(TriggerRelationId, RowExclusiveLock);
+	ScanKeyData key;
+	SysScanDesc scan;
+	HeapTuple	tup;
+
+	ScanKeyInit(&key, Anum_pg_trigger_tgconstraint, BTEqualStrategyNumber, F_OIDEQ,
+				ObjectIdGetDatum(conoid));
+	scan = systable_beginscan(trigrel, TriggerConstraintIndexId, true, NULL, 1, &key);
+	while (HeapTupleIsValid(tup = systable_getnext(scan)))
+	{
+		HeapTuple	copy = heap_copytuple(tup);
+		Form_pg_trigger trig = (Form_pg_trigger) GETSTRUCT(copy);
+
+		if (trig->tgrelid == rp->r->old)
+			trig->tgrelid = rp->r->clone;
+		if (trig->tgconstrrelid == rp->r->old)
+			trig->tgconstrrelid = rp->r->clone;
+		if (OidIsValid(clone_index(rp, trig->tgconstrindid)))
+			trig->tgconstrindid = clone_index(rp, trig->tgconstrindid);
+		CatalogTupleUpdate(trigrel, &copy->t_self, copy);
+		repoint_depends(rp, TriggerRelationId, trig->oid);
+		heap_freetuple(copy);
+	}
+	systable_endscan(scan);
+	table_close(trigrel, RowExclusiveLock);
+}
+
+/* A PostgreSQL int2[] of attribute numbers, each mapped to the clone's. */
+static Datum
+clone_attnums(LfReplacement *r, Datum d, List **referenced)
+{
+	ArrayType  *arr = DatumGetArrayTypePCopy(d);
+	int16	   *att = (int16 *) ARR_DATA_PTR(arr);
+
+	for (int i = 0; i < ARR_DIMS(arr)[0]; i++)
+	{
+		att[i] = clone_attnum(r, att[i]);
+		*referenced = list_append_unique_int(*referenced, att[i]);
+	}
+	return PointerGetDatum(arr);
+}
+
+static void
+repoint_incoming_keys(LfReplacement *r, List *old_indexes)
+{
+	Repoint		rp = {r, old_indexes, NIL};
+	Relation	clone = table_open(r->clone, AccessExclusiveLock);
+	Relation	conrel;
+	SysScanDesc scan;
+	HeapTuple	tup;
+	List	   *keys = NIL;
+	ListCell   *lc;
+
+	rp.new_indexes = RelationGetIndexList(clone);
+	table_close(clone, NoLock);
+	if (list_length(rp.new_indexes) != list_length(old_indexes))
+		elog(ERROR, "leapfrog: the copy of table \"%s\" has %d indexes, not %d",
+			 r->relname, list_length(rp.new_indexes), list_length(old_indexes));
+
+	/* pg_constraint has no index on confrelid (PostgreSQL scans it too) */
+	conrel = table_open(ConstraintRelationId, RowExclusiveLock);
+	scan = systable_beginscan(conrel, InvalidOid, false, NULL, 0, NULL);
+	while (HeapTupleIsValid(tup = systable_getnext(scan)))
+	{
+		Form_pg_constraint con = (Form_pg_constraint) GETSTRUCT(tup);
+
+		if (con->contype == CONSTRAINT_FOREIGN && con->confrelid == r->old &&
+			con->conrelid != r->old)
+			keys = lappend(keys, heap_copytuple(tup));
+	}
+	systable_endscan(scan);
+	foreach(lc, keys)
+	{
+		HeapTuple	copy = lfirst(lc);
+		Form_pg_constraint con = (Form_pg_constraint) GETSTRUCT(copy);
+		Datum		values[Natts_pg_constraint] = {0};
+		bool		nulls[Natts_pg_constraint] = {0};
+		bool		repl[Natts_pg_constraint] = {0};
+		bool		isnull;
+		HeapTuple	updated;
+
+		LockRelationOid(con->conrelid, ShareRowExclusiveLock);
+		values[Anum_pg_constraint_confrelid - 1] = ObjectIdGetDatum(r->clone);
+		repl[Anum_pg_constraint_confrelid - 1] = true;
+		values[Anum_pg_constraint_conindid - 1] = ObjectIdGetDatum(clone_index(&rp, con->conindid));
+		repl[Anum_pg_constraint_conindid - 1] = true;
+		values[Anum_pg_constraint_confkey - 1] =
+			clone_attnums(r, heap_getattr(copy, Anum_pg_constraint_confkey,
+										  RelationGetDescr(conrel), &isnull), &r->referenced);
+		repl[Anum_pg_constraint_confkey - 1] = true;
+		updated = heap_modify_tuple(copy, RelationGetDescr(conrel), values, nulls, repl);
+		CatalogTupleUpdate(conrel, &updated->t_self, updated);
+		repoint_depends(&rp, ConstraintRelationId, con->oid);
+		repoint_triggers(&rp, con->oid);
+		CacheInvalidateRelcacheByRelid(con->conrelid);
+	}
+	table_close(conrel, RowExclusiveLock);
+	if (keys != NIL)
+	{
+		/* the action triggers moved to the clone */
+		Relation	classrel = table_open(RelationRelationId, RowExclusiveLock);
+		HeapTuple	ct = SearchSysCacheCopy1(RELOID, ObjectIdGetDatum(r->clone));
+
+		((Form_pg_class) GETSTRUCT(ct))->relhastriggers = true;
+		CatalogTupleUpdate(classrel, &ct->t_self, ct);
+		table_close(classrel, RowExclusiveLock);
+		CacheInvalidateRelcacheByRelid(r->old);
+	}
 	CommandCounterIncrement();
 }
 
+/* What a referencing table must be for its key to move: refuse the rest. */
 static void
-collect_incoming_keys(LfReplacement *r, Relation rel, const char *detail)
+check_incoming_keys(Relation rel, const char *detail)
 {
 	Oid			relid = RelationGetRelid(rel);
 
-	exec_sql(psprintf("SELECT c.conrelid, c.conname, pg_catalog.pg_get_constraintdef(c.oid),"
-					  "       c.convalidated, k.relkind = 'p' OR k.relispartition OR c.conparentid <> 0"
+	exec_sql(psprintf("SELECT c.conrelid, k.relkind = 'p' OR k.relispartition OR c.conparentid <> 0"
 					  "  FROM pg_catalog.pg_constraint c JOIN pg_catalog.pg_class k ON k.oid = c.conrelid"
 					  " WHERE c.confrelid = %u AND c.contype = 'f' AND c.conrelid <> %u"
 					  " ORDER BY c.oid", relid, relid), SPI_OK_SELECT);
@@ -330,60 +475,18 @@ collect_incoming_keys(LfReplacement *r, Relation rel, const char *detail)
 	{
 		HeapTuple	tup = SPI_tuptable->vals[i];
 		TupleDesc	desc = SPI_tuptable->tupdesc;
-		IncomingKey *k = palloc0(sizeof(IncomingKey));
 		bool		isnull;
+		Oid			child = DatumGetObjectId(SPI_getbinval(tup, desc, 1, &isnull));
 
-		k->relid = DatumGetObjectId(SPI_getbinval(tup, desc, 1, &isnull));
-		k->conname = SPI_getvalue(tup, desc, 2);
-		k->def = SPI_getvalue(tup, desc, 3);
-		k->valid = DatumGetBool(SPI_getbinval(tup, desc, 4, &isnull));
-		if (DatumGetBool(SPI_getbinval(tup, desc, 5, &isnull)))
+		if (DatumGetBool(SPI_getbinval(tup, desc, 2, &isnull)))
 			refuse(errmsg("table \"%s\" is referenced by a foreign key of partitioned table \"%s\"",
-						  RelationGetRelationName(rel), get_rel_name(k->relid)),
+						  RelationGetRelationName(rel), get_rel_name(child)),
 				   errdetail("%s, and a replacement cannot carry such a foreign key yet.", detail));
-		if (lf_is_target(k->relid) || lf_is_input(k->relid))
+		if (lf_is_target(child) || lf_is_input(child))
 			refuse(errmsg("table \"%s\" is referenced by table \"%s\", which is under migration",
-						  RelationGetRelationName(rel), get_rel_name(k->relid)),
+						  RelationGetRelationName(rel), get_rel_name(child)),
 				   errdetail("%s.", detail),
 				   errhint("Wait for the running migration with leapfrog.wait()."));
-		r->incoming = lappend(r->incoming, k);
-	}
-}
-
-/* Step 1: the foreign keys that reference the old table are dropped ... */
-static void
-drop_incoming_keys(LfReplacement *r)
-{
-	ListCell   *lc;
-
-	foreach(lc, r->incoming)
-	{
-		IncomingKey *k = lfirst(lc);
-
-		exec_sql_as_owner(k->relid, psprintf("ALTER TABLE %s DROP CONSTRAINT %s",
-											 lf_relation_name(k->relid),
-											 quote_identifier(k->conname)));
-	}
-}
-
-/* ... and step 3: added again, referencing the copy, as valid as they were. */
-static void
-add_incoming_keys(LfReplacement *r)
-{
-	ListCell   *lc;
-
-	foreach(lc, r->incoming)
-	{
-		IncomingKey *k = lfirst(lc);
-
-		exec_sql_as_owner(k->relid, psprintf("ALTER TABLE %s ADD CONSTRAINT %s %s%s",
-											 lf_relation_name(k->relid),
-											 quote_identifier(k->conname), k->def,
-											 k->valid ? " NOT VALID" : ""));
-		if (k->valid)
-			set_convalidated(k->relid, k->conname, true);
-		r->referenced = list_concat_unique_int(r->referenced,
-											   referenced_columns(k->relid, k->conname));
 	}
 }
 
@@ -434,8 +537,8 @@ lf_replace_begin(Oid relid, const char *why)
 		"  FROM pg_catalog.pg_attribute WHERE attrelid = %u AND attnum > 0 AND NOT attisdropped"
 		"   AND attstattarget >= 0", relid, relid));
 	r->comment = sql_strings(psprintf("SELECT pg_catalog.obj_description(%u, 'pg_class')", relid));
-	collect_incoming_keys(r, rel, psprintf("Table \"%s\" would be replaced lazily (%s)",
-										   RelationGetRelationName(rel), why));
+	check_incoming_keys(rel, psprintf("Table \"%s\" would be replaced lazily (%s)",
+									  RelationGetRelationName(rel), why));
 	unvalidated = sql_strings(psprintf(
 		"SELECT conname FROM pg_catalog.pg_constraint WHERE conrelid = %u AND contype = 'c'"
 		"   AND NOT convalidated", relid));
@@ -477,7 +580,6 @@ lf_replace_begin(Oid relid, const char *why)
 						 quote_identifier(get_tablespace_name(rel->rd_rel->reltablespace)));
 	/* ALTER TABLE refuses a table this backend has open: keep the lock only */
 	table_close(rel, NoLock);
-	drop_incoming_keys(r);
 	exec_sql(sql.data, SPI_OK_UTILITY);
 	CommandCounterIncrement();
 	r->clone = get_relname_relid(tmpname, get_rel_namespace(relid));
@@ -503,6 +605,7 @@ lf_replace_begin(Oid relid, const char *why)
 				 SPI_OK_UTILITY);
 	}
 	CommandCounterIncrement();
+	repoint_incoming_keys(r, indexes);
 	return r;
 }
 
@@ -561,7 +664,6 @@ lf_replace_switch(LfReplacement *r)
 	foreach(lc, r->fkeys)
 		exec_sql(psprintf("ALTER TABLE %s %s", qname, (char *) lfirst(lc)), SPI_OK_UTILITY);
 	CommandCounterIncrement();
-	add_incoming_keys(r);
 }
 
 /* serial, bigserial, ...: the column's default is nextval() */
@@ -689,6 +791,7 @@ void
 lf_replace_note(LfReplacement *r, AlterTableStmt *stmt)
 {
 	bool	   *retyped_before = palloc(sizeof(bool) * Max(r->nsource, 1));
+	bool		columns_changed_before = r->columns_changed;
 	ListCell   *lc;
 
 	memcpy(retyped_before, r->retyped, sizeof(bool) * r->nsource);
@@ -724,7 +827,7 @@ lf_replace_note(LfReplacement *r, AlterTableStmt *stmt)
 		r->retyped[attnum - 1] = true;
 		if (((ColumnDef *) cmd->def)->raw_default)
 		{
-			if (r->columns_changed)
+			if (columns_changed_before)
 				refuse(errmsg("ALTER COLUMN ... TYPE ... USING on table \"%s\" after columns were added, dropped or renamed in the script",
 							  r->relname),
 					   errhint("Put the type change first."));

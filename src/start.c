@@ -417,6 +417,11 @@ add_mapping(StartState *st, RawStmt *rs)
 	}
 	pm = MemoryContextAllocZero(st->cxt, sizeof(PendingMapping));
 	map = build_mapping(st, ins, &pm->input);
+	if (replacement_of(st, pm->input))
+		refuse(errmsg("mapping input \"%s\" is replaced lazily by the same script",
+					  get_rel_name(pm->input)),
+			   errdetail("Its rows move into it after start()."),
+			   errhint("Put the INSERT ... SELECT before the ALTER TABLE or CREATE INDEX."));
 	pm->target = rt_fetch(ins->resultRelation, ins->rtable)->relid;
 	foreach(lc, st->replacements)
 		if (((LfReplacement *) lfirst(lc))->clone == pm->target)
@@ -814,7 +819,14 @@ do_alter(StartState *st, RawStmt *rs)
 		r = replacement_of(st, relid);
 		if (r == NULL && !list_member_oid(st->created, relid) &&
 			!lf_alter_is_instant(stmt, relid, stmt_text(st, rs), &why))
+		{
+			bool		rewrites = lf_alter_rewrites(stmt, relid);
+
 			r = replace_table(st, rs, relid, why);
+			r->rewrites = rewrites;
+		}
+		else if (r)
+			r->rewrites |= lf_alter_rewrites(stmt, relid);
 		if (r)
 			lf_replace_note(r, stmt);
 	}
@@ -998,6 +1010,9 @@ run_script(StartState *st)
 			case T_CommentStmt:
 				run_stmt(st, rs);	/* a catalog change */
 				break;
+			case T_ConstraintsSetStmt:
+				run_stmt(st, rs);	/* Django's SET CONSTRAINTS ... IMMEDIATE */
+				break;
 			case T_InsertStmt:
 				add_mapping(st, rs);
 				break;
@@ -1040,6 +1055,26 @@ check_inputs_retired(StartState *st)
 	}
 }
 
+/*
+ * Whether retired table relid is a table the script replaced lazily that
+ * eager would have altered in place (no rewrite): a snapshot older than
+ * start() then sees its rows eagerly (migrate.c gives it 40001).
+ */
+static bool
+altered_in_place(StartState *st, Oid relid)
+{
+	ListCell   *lc;
+
+	foreach(lc, st->replacements)
+	{
+		LfReplacement *r = lfirst(lc);
+
+		if (r->old == relid)
+			return !r->rewrites;
+	}
+	return false;
+}
+
 /* The catalog rows of the migration: its inputs and mappings. */
 static void
 record_migration(StartState *st)
@@ -1048,7 +1083,8 @@ record_migration(StartState *st)
 			   *lc2;
 
 	forboth(lc, st->retired, lc2, st->retired_names)
-		lf_catalog_add_input(st->migration_id, lfirst_oid(lc), (char *) lfirst(lc2));
+		lf_catalog_add_input(st->migration_id, lfirst_oid(lc), (char *) lfirst(lc2),
+							 altered_in_place(st, lfirst_oid(lc)));
 	foreach(lc, st->mappings)
 	{
 		PendingMapping *pm = lfirst(lc);
@@ -1145,6 +1181,7 @@ check_statement_kinds(StartState *st)
 				}
 				break;
 			case T_CommentStmt:
+			case T_ConstraintsSetStmt:
 				break;
 			case T_TransactionStmt:
 				refuse(errmsg("transaction control is not supported in a leapfrog script"),

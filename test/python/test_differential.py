@@ -483,6 +483,9 @@ def gen_alter(rng, case):
     src = case.src
     cols = [["id", "int"]] + [[c, t] for c, t in case.src_cols]
     cmds = []
+    # A live table's foreign key references the source (side.id, ON DELETE
+    # CASCADE): it moves to the replacement, whose id keeps its type.
+    case.side_fk = case.src_pk and random.Random("side-fk-%d" % case.seed).random() < 0.5
     for col in cols[1:]:
         c, t = col
         changes = TYPE_CHANGES.get(t) or TYPE_CHANGES.get(base_type(t))
@@ -493,11 +496,14 @@ def gen_alter(rng, case):
             cmds.append("ALTER COLUMN %s TYPE %s" % (c, new))
             col[1] = new
     if rng.random() < 0.4 or not cmds:
-        if rng.random() < 0.3:
+        if case.side_fk:
+            cmds.append("ALTER COLUMN id SET NOT NULL")
+        elif rng.random() < 0.3:
             cmds.append("ALTER COLUMN id TYPE bigint USING id * 2")
+            cols[0][1] = "bigint"
         else:
             cmds.append("ALTER COLUMN id TYPE bigint")
-        cols[0][1] = "bigint"
+            cols[0][1] = "bigint"
     if rng.random() < 0.3:
         cmds.append("ALTER COLUMN id SET NOT NULL")
     if rng.random() < 0.3:
@@ -1005,7 +1011,9 @@ def load_source(conn, case):
         conn.execute("CREATE TABLE owners (id int PRIMARY KEY)")
         conn.execute("INSERT INTO owners SELECT generate_series(%s::int, %s::int)",
                      [min(min(ids), 0), max(ids) + 300])
-    conn.execute("CREATE TABLE side (id int PRIMARY KEY, tag int)")
+    conn.execute("CREATE TABLE side (id int PRIMARY KEY%s, tag int)"
+                 % (" REFERENCES %s (id) ON DELETE CASCADE" % case.src
+                    if getattr(case, "side_fk", False) else ""))
     conn.execute("INSERT INTO side SELECT DISTINCT id, id %% 5 FROM %s WHERE id %% 2 = 0"
                  % case.src)
     for st in case.churn:
@@ -1024,7 +1032,9 @@ def describe(case, upto=None):
                            else "::test_differential"), case.src,
                " PRIMARY KEY" if case.src_pk else "",
                ", ".join("%s %s" % c for c in case.src_cols), len(case.rows),
-               "".join("\nthen: " + c for c in case.churn), case.script,
+               "".join("\nthen: " + c for c in case.churn)
+               + ("\nside.id references the source, ON DELETE CASCADE"
+                  if getattr(case, "side_fk", False) else ""), case.script,
                "".join("before start: %r\n" % s for s in getattr(case, "prestart", []))
                + "\n".join("%3d %r" % (i, s) for i, s in enumerate(wl))))
 

@@ -423,6 +423,36 @@ $$, 'shop_item');
 SELECT public.regress_shape('shop_item');
 SELECT * FROM shop_item WHERE id = 3;
 ROLLBACK;
+-- Django 4.2 sqlmigrate: AddField of a ForeignKey (an inline REFERENCES,
+-- deferrable, then SET CONSTRAINTS ... IMMEDIATE, and its index), then
+-- RemoveField of it (SET CONSTRAINTS again before the DROP).
+CREATE TABLE shop_category (id bigint PRIMARY KEY);
+INSERT INTO shop_category SELECT g FROM generate_series(1, 10) g;
+BEGIN;
+SELECT public.at_probe('dj3', $$BEGIN;
+--
+-- Add field category to item
+--
+ALTER TABLE "shop_item" ADD COLUMN "category_id" bigint DEFAULT 1 NOT NULL CONSTRAINT "shop_item_category_id_fk_shop_category_id" REFERENCES "shop_category"("id") DEFERRABLE INITIALLY DEFERRED; SET CONSTRAINTS "shop_item_category_id_fk_shop_category_id" IMMEDIATE;
+ALTER TABLE "shop_item" ALTER COLUMN "category_id" DROP DEFAULT;
+CREATE INDEX "shop_item_category_id_1ac2c5a4" ON "shop_item" ("category_id");
+COMMIT;
+$$, 'shop_item');
+SELECT public.at_outcome('INSERT INTO shop_item (name, category_id) VALUES (''new'', 99)');
+SELECT public.at_outcome('INSERT INTO shop_item (name, category_id) VALUES (''new'', 2)');
+SELECT id, name, category_id FROM shop_item WHERE id = 3;
+SELECT public.at_outcome('DELETE FROM shop_category WHERE id = 1');
+SELECT leapfrog.complete('dj3');
+SELECT count(*), sum(category_id) FROM shop_item;
+SELECT public.at_probe('dj4', $$BEGIN;
+--
+-- Remove field category from item
+--
+SET CONSTRAINTS "shop_item_category_id_fk_shop_category_id" IMMEDIATE; ALTER TABLE "shop_item" DROP CONSTRAINT "shop_item_category_id_fk_shop_category_id";
+ALTER TABLE "shop_item" DROP COLUMN "category_id" CASCADE;
+COMMIT;
+$$, 'shop_item');
+ROLLBACK;
 -- Rails 7 (add_column with a default, change_column to a longer string,
 -- rename_column, remove_column).
 BEGIN;
