@@ -53,8 +53,8 @@ static const char PASS_INDEX[] = "PostgreSQL would build an index";
 static const char PASS_UNKNOWN[] = "no table pass Leapfrog knows";
 
 /* serial, bigserial, ...: transformColumnDefinition turns them into nextval() */
-static bool
-is_serial(TypeName *tn)
+bool
+lf_is_serial_type(TypeName *tn)
 {
 	static const char *const names[] = {"smallserial", "serial2", "serial", "serial4",
 	"bigserial", "serial8"};
@@ -104,7 +104,7 @@ add_column_pass(Relation rel, ColumnDef *col)
 	int32		typmod;
 	ListCell   *lc;
 
-	if (col->identity || col->generated || is_serial(col->typeName))
+	if (col->identity || col->generated || lf_is_serial_type(col->typeName))
 		return PASS_REWRITE;
 	foreach(lc, col->constraints)
 	{

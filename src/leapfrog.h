@@ -197,6 +197,7 @@ extern void lf_catalog_log_progress(int migration_id, int64 n);
 /* alter.c */
 extern bool lf_alter_is_instant(AlterTableStmt *stmt, Oid relid, const char *text, char **why);
 extern bool lf_alter_rewrites(AlterTableStmt *stmt, Oid relid);
+extern bool lf_is_serial_type(TypeName *tn);
 
 /* replace.c: a table replaced by an empty copy of itself and a mapping */
 typedef struct LfReplacement

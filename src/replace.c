@@ -666,25 +666,6 @@ lf_replace_switch(LfReplacement *r)
 	CommandCounterIncrement();
 }
 
-/* serial, bigserial, ...: the column's default is nextval() */
-static bool
-is_serial_type(TypeName *tn)
-{
-	static const char *const names[] = {"smallserial", "serial2", "serial", "serial4",
-	"bigserial", "serial8"};
-	const char *name;
-
-	if (tn == NULL || tn->names == NIL || tn->arrayBounds != NIL || list_length(tn->names) > 2)
-		return false;
-	if (list_length(tn->names) == 2 && strcmp(strVal(linitial(tn->names)), "pg_catalog") != 0)
-		return false;
-	name = strVal(llast(tn->names));
-	for (int i = 0; i < lengthof(names); i++)
-		if (strcmp(name, names[i]) == 0)
-			return true;
-	return false;
-}
-
 /*
  * The value ADD COLUMN gives the existing rows: its default, evaluated
  * once, now, as ALTER TABLE evaluates it (a later SET or DROP DEFAULT does
@@ -694,7 +675,7 @@ static Node *
 added_value(LfReplacement *r, ColumnDef *col)
 {
 	Node	   *raw = col->raw_default;
-	bool		volatile_default = col->identity || col->generated || is_serial_type(col->typeName);
+	bool		volatile_default = col->identity || col->generated || lf_is_serial_type(col->typeName);
 	ParseState *pstate = make_parsestate(NULL);
 	Oid			typid;
 	int32		typmod;

@@ -405,7 +405,6 @@ add_mapping(StartState *st, RawStmt *rs)
 	Query	   *ins;
 	PendingMapping *pm;
 	Query	   *map;
-	ListCell   *lc;
 
 	if (list_length(queries) != 1)
 		refuse(errmsg("INSERT rewritten by rules is not supported in a leapfrog script"));
@@ -423,10 +422,9 @@ add_mapping(StartState *st, RawStmt *rs)
 			   errdetail("Its rows move into it after start()."),
 			   errhint("Put the INSERT ... SELECT before the ALTER TABLE or CREATE INDEX."));
 	pm->target = rt_fetch(ins->resultRelation, ins->rtable)->relid;
-	foreach(lc, st->replacements)
-		if (((LfReplacement *) lfirst(lc))->clone == pm->target)
-			refuse(errmsg("INSERT ... SELECT into table \"%s\", replaced lazily by the same script, is not supported",
-						  get_rel_name(pm->target)));
+	if (replacement_of(st, pm->target))
+		refuse(errmsg("INSERT ... SELECT into table \"%s\", replaced lazily by the same script, is not supported",
+					  get_rel_name(pm->target)));
 	pm->query = MemoryContextStrdup(st->cxt, nodeToString(map));
 	remember(st, &st->mappings, pm);
 }
@@ -691,7 +689,10 @@ do_drop(StartState *st, RawStmt *rs)
 
 	if (drop->removeType == OBJECT_INDEX)
 	{
-		run_stmt(st, rs);		/* a catalog change */
+		/* a catalog change; CONCURRENTLY cannot run in a transaction */
+		rs = copyObject(rs);
+		((DropStmt *) rs->stmt)->concurrent = false;
+		run_stmt(st, rs);
 		return;
 	}
 	if (drop->removeType != OBJECT_TABLE)
@@ -842,9 +843,16 @@ do_index(StartState *st, RawStmt *rs)
 	IndexStmt  *stmt = (IndexStmt *) rs->stmt;
 	Oid			relid = RangeVarGetRelid(stmt->relation, NoLock, false);
 
+	/*
+	 * CONCURRENTLY (Rails' algorithm: :concurrently, strong_migrations'
+	 * advice) cannot run in a transaction; the replacement never blocks
+	 * writes for the index anyway: build it plainly, on the copy.
+	 */
 	if (stmt->concurrent)
-		refuse(errmsg("CREATE INDEX CONCURRENTLY is not supported in a leapfrog script"),
-			   errhint("Leave out CONCURRENTLY: Leapfrog builds the index without blocking writes."));
+	{
+		rs = copyObject(rs);
+		((IndexStmt *) rs->stmt)->concurrent = false;
+	}
 	if (mapped_input(st, relid))
 		refuse(errmsg("CREATE INDEX on table \"%s\" after a mapping that reads it is not supported",
 					  get_rel_name(relid)));
@@ -1010,8 +1018,20 @@ run_script(StartState *st)
 			case T_CommentStmt:
 				run_stmt(st, rs);	/* a catalog change */
 				break;
-			case T_ConstraintsSetStmt:
-				run_stmt(st, rs);	/* Django's SET CONSTRAINTS ... IMMEDIATE */
+			case T_ConstraintsSetStmt:	/* Django's SET CONSTRAINTS ... IMMEDIATE */
+			case T_CreateEnumStmt:
+			case T_AlterEnumStmt:
+			case T_CompositeTypeStmt:
+			case T_CreateRangeStmt:
+			case T_CreateDomainStmt:
+			case T_CreateSeqStmt:
+			case T_AlterSeqStmt:
+			case T_CreateSchemaStmt:
+			case T_CreateExtensionStmt:
+			case T_CreateFunctionStmt:
+			case T_ViewStmt:
+			case T_GrantStmt:
+				run_stmt(st, rs);	/* catalog changes, as written */
 				break;
 			case T_InsertStmt:
 				add_mapping(st, rs);
@@ -1182,6 +1202,18 @@ check_statement_kinds(StartState *st)
 				break;
 			case T_CommentStmt:
 			case T_ConstraintsSetStmt:
+			case T_CreateEnumStmt:
+			case T_AlterEnumStmt:
+			case T_CompositeTypeStmt:
+			case T_CreateRangeStmt:
+			case T_CreateDomainStmt:
+			case T_CreateSeqStmt:
+			case T_AlterSeqStmt:
+			case T_CreateSchemaStmt:
+			case T_CreateExtensionStmt:
+			case T_CreateFunctionStmt:
+			case T_ViewStmt:
+			case T_GrantStmt:
 				break;
 			case T_TransactionStmt:
 				refuse(errmsg("transaction control is not supported in a leapfrog script"),
@@ -1194,7 +1226,7 @@ check_statement_kinds(StartState *st)
 			default:
 				refuse(errmsg("statement not supported in a leapfrog script"),
 					   errdetail("Statement: %s", stmt_text(st, rs)),
-					   errhint("A script may hold CREATE TABLE, CREATE INDEX, ALTER TABLE, renames, COMMENT, INSERT ... SELECT, CREATE TABLE ... AS SELECT, DROP TABLE, DROP INDEX, and INSERT ... VALUES, UPDATE and DELETE on tables outside its mappings."));
+					   errhint("A script may hold CREATE TABLE, CREATE INDEX, ALTER TABLE, renames, COMMENT, INSERT ... SELECT, CREATE TABLE ... AS SELECT, DROP TABLE, DROP INDEX, INSERT ... VALUES, UPDATE and DELETE on tables outside its mappings, and CREATE TYPE, SEQUENCE, SCHEMA, EXTENSION, FUNCTION, VIEW, GRANT and REVOKE."));
 		}
 	}
 }

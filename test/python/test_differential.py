@@ -512,6 +512,12 @@ def gen_alter(rng, case):
         k = rng.randint(0, 9)
         cmds.append("ADD COLUMN added int NOT NULL DEFAULT %d CHECK (added >= 0)" % k)
         cols.append(["added", "int"])
+    # The two-step of migration linters: a CHECK added NOT VALID before
+    # start() (in both databases), validated by the script.
+    if random.Random("validate-%d" % case.seed).random() < 0.3:
+        case.churn.append("ALTER TABLE %s ADD CONSTRAINT %s_nv CHECK (id <> 0) NOT VALID"
+                          % (src, src))
+        cmds.append("VALIDATE CONSTRAINT %s_nv" % src)
     rng.shuffle(cmds)
     stmts = ["ALTER TABLE %s %s;" % (src, ", ".join(cmds))]
     # Long (TOASTed, incompressible) strings cannot be indexed.
