@@ -988,6 +988,34 @@ add_replacement_mapping(StartState *st, LfReplacement *r)
 	remember(st, &st->mappings, pm);
 }
 
+/*
+ * Catalog changes that framework migrations print around their DDL and
+ * that touch no table's rows: they run as written, where they stand.
+ */
+static bool
+is_side_catalog_change(Node *stmt)
+{
+	switch (nodeTag(stmt))
+	{
+		case T_ConstraintsSetStmt:	/* Django's SET CONSTRAINTS ... IMMEDIATE */
+		case T_CreateEnumStmt:
+		case T_AlterEnumStmt:
+		case T_CompositeTypeStmt:
+		case T_CreateRangeStmt:
+		case T_CreateDomainStmt:
+		case T_CreateSeqStmt:
+		case T_AlterSeqStmt:
+		case T_CreateSchemaStmt:
+		case T_CreateExtensionStmt:
+		case T_CreateFunctionStmt:
+		case T_ViewStmt:
+		case T_GrantStmt:
+			return true;
+		default:
+			return false;
+	}
+}
+
 /* Run the script's statements in order: DDL, mappings, retirements. */
 static void
 run_script(StartState *st)
@@ -1018,21 +1046,7 @@ run_script(StartState *st)
 			case T_CommentStmt:
 				run_stmt(st, rs);	/* a catalog change */
 				break;
-			case T_ConstraintsSetStmt:	/* Django's SET CONSTRAINTS ... IMMEDIATE */
-			case T_CreateEnumStmt:
-			case T_AlterEnumStmt:
-			case T_CompositeTypeStmt:
-			case T_CreateRangeStmt:
-			case T_CreateDomainStmt:
-			case T_CreateSeqStmt:
-			case T_AlterSeqStmt:
-			case T_CreateSchemaStmt:
-			case T_CreateExtensionStmt:
-			case T_CreateFunctionStmt:
-			case T_ViewStmt:
-			case T_GrantStmt:
-				run_stmt(st, rs);	/* catalog changes, as written */
-				break;
+
 			case T_InsertStmt:
 				add_mapping(st, rs);
 				break;
@@ -1048,7 +1062,9 @@ run_script(StartState *st)
 				do_drop(st, rs);
 				break;
 			default:
-				break;			/* refused before the attempt */
+				if (is_side_catalog_change(rs->stmt))
+					run_stmt(st, rs);
+				break;			/* the rest was refused before the attempt */
 		}
 	}
 	foreach(lc, st->replacements)
@@ -1201,19 +1217,6 @@ check_statement_kinds(StartState *st)
 				}
 				break;
 			case T_CommentStmt:
-			case T_ConstraintsSetStmt:
-			case T_CreateEnumStmt:
-			case T_AlterEnumStmt:
-			case T_CompositeTypeStmt:
-			case T_CreateRangeStmt:
-			case T_CreateDomainStmt:
-			case T_CreateSeqStmt:
-			case T_AlterSeqStmt:
-			case T_CreateSchemaStmt:
-			case T_CreateExtensionStmt:
-			case T_CreateFunctionStmt:
-			case T_ViewStmt:
-			case T_GrantStmt:
 				break;
 			case T_TransactionStmt:
 				refuse(errmsg("transaction control is not supported in a leapfrog script"),
@@ -1224,6 +1227,8 @@ check_statement_kinds(StartState *st)
 			case T_DeleteStmt:
 				break;
 			default:
+				if (is_side_catalog_change(rs->stmt))
+					break;
 				refuse(errmsg("statement not supported in a leapfrog script"),
 					   errdetail("Statement: %s", stmt_text(st, rs)),
 					   errhint("A script may hold CREATE TABLE, CREATE INDEX, ALTER TABLE, renames, COMMENT, INSERT ... SELECT, CREATE TABLE ... AS SELECT, DROP TABLE, DROP INDEX, INSERT ... VALUES, UPDATE and DELETE on tables outside its mappings, and CREATE TYPE, SEQUENCE, SCHEMA, EXTENSION, FUNCTION, VIEW, GRANT and REVOKE."));
