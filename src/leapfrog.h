@@ -313,6 +313,7 @@ extern void lf_register_launcher(void);
 extern void lf_wake_worker_at_commit(void);
 
 /* utility.c */
+extern void lf_refuse_if_migrating(Oid relid, const char *relname, const char *what);
 extern void lf_install_utility_hook(void);
 
 #endif							/* LEAPFROG_H */

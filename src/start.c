@@ -766,17 +766,9 @@ replacement_of(StartState *st, Oid relid)
 static LfReplacement *
 replace_table(StartState *st, RawStmt *rs, Oid relid, const char *why)
 {
-	LfMigration *mig = lf_migration_by_target(relid);
 	LfReplacement *r;
 
-	if (mig == NULL)
-		mig = lf_migration_by_input(relid);
-	if (mig)
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_IN_USE),
-				 errmsg("cannot alter table \"%s\" while leapfrog migration \"%s\" is running",
-						get_rel_name(relid), mig->name),
-				 errhint("Wait with SELECT leapfrog.wait('%s').", mig->name)));
+	lf_refuse_if_migrating(relid, get_rel_name(relid), "alter");
 	ereport(NOTICE,
 			(errmsg("table \"%s\" is replaced lazily", get_rel_name(relid)),
 			 errdetail("%s.", why)));

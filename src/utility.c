@@ -22,28 +22,37 @@
 
 static ProcessUtility_hook_type prev_ProcessUtility = NULL;
 
-static void
-check_relation(RangeVar *rv, const char *what)
+/*
+ * Refuse to `what` table relid (named relname) while a migration reads or
+ * fills it; start.c asks too, before it replaces a table.
+ */
+void
+lf_refuse_if_migrating(Oid relid, const char *relname, const char *what)
 {
-	Oid			relid;
-	LfMigration *mig;
+	LfMigration *mig = lf_migration_by_target(relid);
 
-	if (rv == NULL)
-		return;
-	relid = RangeVarGetRelid(rv, NoLock, true);
-	if (!OidIsValid(relid))
-		return;
-	mig = lf_migration_by_target(relid);
 	if (mig == NULL)
 		mig = lf_migration_by_input(relid);
 	if (mig)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_IN_USE),
 				 errmsg("cannot %s table \"%s\" while leapfrog migration \"%s\" is running",
-						what, rv->relname, mig->name),
+						what, relname, mig->name),
 				 errdetail("Its rows are still being migrated."),
 				 errhint("Wait with SELECT leapfrog.wait('%s'), or finish now with SELECT leapfrog.complete('%s').",
 						 mig->name, mig->name)));
+}
+
+static void
+check_relation(RangeVar *rv, const char *what)
+{
+	Oid			relid;
+
+	if (rv == NULL)
+		return;
+	relid = RangeVarGetRelid(rv, NoLock, true);
+	if (OidIsValid(relid))
+		lf_refuse_if_migrating(relid, rv->relname, what);
 }
 
 static void
