@@ -284,7 +284,8 @@ load_mapping(HeapTuple tup, TupleDesc desc)
 	map->target = target;
 	map->query = stringToNode(TextDatumGetCString(heap_getattr(tup, Anum_mapping_query, desc, &isnull)));
 	lf_set_owner_walker((Node *) map->query, &m->owner);
-	map->natts = list_length(map->query->targetList) - 1;
+	map->natts = lf_mapping_natts(map->query);
+	(void) lf_describe_units(map);
 	m->mappings = lappend(m->mappings, map);
 }
 

@@ -15,6 +15,7 @@
  *	estimate.c	planner size estimates of new tables while they fill
  *	scan.c		the LeapfrogMigrate custom scan that carries that plan
  *	migrate.c	ExecutorStart hook and the row migration step itself
+ *	units.c		units of group and join mappings: their keys and their rows
  *	progress.c	the progress log: rows each transaction migrated
  *	complete.c	rows left, and the completion of a migration
  *	worker.c	launcher and per-database background workers
@@ -114,14 +115,39 @@ lf_abort_with_error(MemoryContext cxt, bool subxact, ResourceOwner owner)
 }
 
 /* catalog.c */
+typedef enum LfMappingKind
+{
+	LF_MAP_ROWS,				/* 1:1, filters, splits: the unit is a row */
+	LF_MAP_GROUPS,				/* GROUP BY: the unit is a group (units.c) */
+	LF_MAP_JOIN					/* two-table equi-join: the unit is a join key */
+} LfMappingKind;
+
 typedef struct LfMapping
 {
 	int			id;
 	Oid			target;			/* new table */
-	Oid			input;			/* retired table */
+	Oid			input;			/* retired table whose ctids relevance finds:
+								 * the input, or a join's preserved side */
 	int			natts;			/* attributes of target */
-	Query	   *query;			/* SELECT <natts exprs>, ctid FROM input */
+	Query	   *query;			/* SELECT <natts exprs>, lf_ctid FROM ... */
+	/* units (units.c, lf_describe_units) */
+	LfMappingKind kind;
+	int			ninputs;		/* 1, or 2 for a join */
+	Oid			inputs[2];		/* in the order units claim them */
+	int			rtis[2];		/* their range table indexes in query */
+	JoinType	jointype;		/* of a join: which sides are preserved */
+	int			nkeys;			/* GROUPS, JOIN: key columns */
+	AttrNumber	keys[2][INDEX_MAX_KEYS];	/* per input */
+	Oid			eqops[INDEX_MAX_KEYS];	/* inputs[0] key = inputs[1] key */
+	Oid			collations[INDEX_MAX_KEYS];
 } LfMapping;
+
+/* The rows of one unit of a group or join mapping, per input, sorted */
+typedef struct LfUnit
+{
+	int			n[2];
+	ItemPointerData *tids[2];
+} LfUnit;
 
 /*
  * A foreign key of a new table: a statement that deletes or updates rows of
@@ -193,6 +219,14 @@ extern void lf_catalog_set_total(int migration_id, int64 total);
 extern int64 lf_catalog_progress_sum(int migration_id);
 extern List *lf_catalog_done_inputs(MemoryContext cxt);
 extern void lf_catalog_log_progress(int migration_id, int64 n);
+
+/* units.c */
+extern int	lf_mapping_natts(Query *q);
+extern const char *lf_describe_units(LfMapping *m);
+extern int	lf_unit_input_index(LfMapping *m, Oid relid);
+extern Oid	lf_unit_index(LfMapping *m, int i);
+extern List *lf_units_of(LfMapping *m, int from, ItemPointer seeds, int nseeds,
+						 Snapshot snap);
 
 /* alter.c */
 extern bool lf_alter_is_instant(AlterTableStmt *stmt, Oid relid, const char *text, char **why);

@@ -212,18 +212,18 @@ extern_param(int id, Oid type)
 	return param;
 }
 
-/* ctid = ANY ($1) over range table entry 1 */
+/* ctid = ANY ($paramid) over range table entry varno */
 static Expr *
-ctid_any_param(void)
+ctid_any_param(int varno, int paramid)
 {
 	ScalarArrayOpExpr *saop = makeNode(ScalarArrayOpExpr);
-	Param	   *param = extern_param(1, TIDARRAYOID);
+	Param	   *param = extern_param(paramid, TIDARRAYOID);
 
 	saop->opno = TIDEqualOperator;
 	saop->opfuncid = get_opcode(TIDEqualOperator);
 	saop->useOr = true;
 	saop->inputcollid = InvalidOid;
-	saop->args = list_make2(makeVar(1, SelfItemPointerAttributeNumber, TIDOID, -1, InvalidOid, 0),
+	saop->args = list_make2(makeVar(varno, SelfItemPointerAttributeNumber, TIDOID, -1, InvalidOid, 0),
 							param);
 	saop->location = -1;
 	return (Expr *) saop;
@@ -321,7 +321,10 @@ migrate_errcontext(void *arg)
 {
 	MigrateContext *mc = arg;
 
-	if (mc->n == 1)
+	if (mc->n == 0 || mc->tids == NULL)
+		errcontext("leapfrog migration \"%s\": migrating rows of input %s",
+				   mc->mig->name, get_rel_name(mc->input));
+	else if (mc->n == 1)
 		errcontext("leapfrog migration \"%s\": migrating row (%u,%u) of input %s",
 				   mc->mig->name,
 				   ItemPointerGetBlockNumberNoCheck(&mc->tids[0]),
@@ -407,8 +410,70 @@ typedef struct StepPlan
 	StepKey		key;
 	List	   *inserts;		/* PlannedStmt per mapping, in TopMemoryContext */
 	List	   *unfiltered;		/* per mapping: true if it copies every row */
+	int			unit_mapping;	/* a group or join mapping's id: the step claims
+								 * its units (units.c); 0: rows */
 	bool		ready;
 } StepPlan;
+
+/* The group or join mapping of mig that reads input, if any (start() lets
+ * no other mapping read it). */
+static LfMapping *
+unit_mapping(LfMigration *mig, Oid input)
+{
+	ListCell   *lc;
+
+	foreach(lc, mig->mappings)
+	{
+		LfMapping  *m = lfirst(lc);
+
+		if (m->kind != LF_MAP_ROWS && lf_unit_input_index(m, input) >= 0)
+			return m;
+	}
+	return NULL;
+}
+
+/*
+ * The step of a group or join mapping: INSERT INTO target SELECT <mapping>
+ * with each input restricted to the claimed rows, ctid = ANY ($i) for input
+ * i.  A preserved side (or either side of an inner join) is restricted in
+ * WHERE, the nullable side of an outer join in its ON clause: the claimed
+ * rows are whole units, so the join of the claimed rows is the eager join
+ * restricted to their keys.  A GROUP BY's lf_ctid (min(ctid)) is not
+ * computed.
+ */
+static Query *
+unit_step_query(LfMapping *m)
+{
+	Query	   *sub = copyObject(m->query);
+	int			i;
+
+	for (i = 0; i < m->ninputs; i++)
+	{
+		RangeTblEntry *irte = rt_fetch(m->rtis[i], sub->rtable);
+		Expr	   *to_claimed = ctid_any_param(m->rtis[i], i + 1);
+		bool		nullable = (m->jointype == JOIN_LEFT && i == 1) ||
+			(m->jointype == JOIN_RIGHT && i == 0);
+
+		irte->checkAsUser = lf_catalog_owner();
+		irte->selectedCols = bms_add_member(irte->selectedCols,
+											SelfItemPointerAttributeNumber - FirstLowInvalidHeapAttributeNumber);
+		if (m->kind == LF_MAP_JOIN && nullable)
+		{
+			JoinExpr   *j = linitial_node(JoinExpr, sub->jointree->fromlist);
+
+			j->quals = make_and_qual(j->quals, (Node *) to_claimed);
+		}
+		else
+			sub->jointree->quals = make_and_qual(sub->jointree->quals, (Node *) to_claimed);
+	}
+	if (m->kind == LF_MAP_GROUPS)
+	{
+		TargetEntry *ctid = list_nth(sub->targetList, m->natts);
+
+		ctid->expr = (Expr *) makeNullConst(TIDOID, -1, InvalidOid);
+	}
+	return sub;
+}
 
 static HTAB *step_plans = NULL;
 
@@ -428,6 +493,30 @@ step_plan(LfMigration *mig, Oid input)
 	if (found && sp->ready)
 		return sp;
 	sp->ready = false;
+	sp->unit_mapping = 0;
+
+	/* a group or join mapping: its units */
+	{
+		LfMapping  *m = unit_mapping(mig, input);
+
+		if (m)
+		{
+			Relation	rel = table_open(m->target, AccessShareLock);
+			Query	   *ins = insert_select(rel, relation_rte(rel, ACL_INSERT, mig->owner),
+											unit_step_query(m), "lf_source");
+
+			PlannedStmt *ps;
+
+			ins->canSetTag = true;
+			table_close(rel, AccessShareLock);
+			ps = plan_in_top_context(ins, "leapfrog migrate");
+			old = MemoryContextSwitchTo(TopMemoryContext);
+			inserts = list_make1(ps);
+			unfiltered = list_make1_int(false);
+			MemoryContextSwitchTo(old);
+			sp->unit_mapping = m->id;
+		}
+	}
 
 	/* INSERT INTO target SELECT <mapping> FROM retired WHERE ... AND ctid = ANY ($1) */
 	foreach(lc, mig->mappings)
@@ -440,7 +529,7 @@ step_plan(LfMigration *mig, Oid input)
 		PlannedStmt *ps;
 		Node	   *filtered;
 
-		if (m->input != input)
+		if (m->input != input || m->kind != LF_MAP_ROWS)
 			continue;
 		sub = copyObject(m->query);
 		if (list_length(sub->rtable) != 1 || rt_fetch(1, sub->rtable)->relid != input)
@@ -451,7 +540,7 @@ step_plan(LfMigration *mig, Oid input)
 		irte->selectedCols = bms_add_member(irte->selectedCols,
 											SelfItemPointerAttributeNumber - FirstLowInvalidHeapAttributeNumber);
 		filtered = sub->jointree->quals;
-		sub->jointree->quals = make_and_qual(filtered, (Node *) ctid_any_param());
+		sub->jointree->quals = make_and_qual(filtered, (Node *) ctid_any_param(1, 1));
 		rel = table_open(m->target, AccessShareLock);
 		ins = insert_select(rel, relation_rte(rel, ACL_INSERT, mig->owner), sub, "lf_source");
 		ins->canSetTag = true;
@@ -598,9 +687,8 @@ claim_tids(Relation rel, Snapshot snap, ItemPointer tids, int ntids, ItemPointer
  * caller has set the error context.
  */
 static void
-copy_claimed(LfMigration *mig, StepPlan *sp, Snapshot snap, ItemPointer tids, int n)
+copy_claimed(LfMigration *mig, StepPlan *sp, Snapshot snap, ParamListInfo params, int n)
 {
-	ParamListInfo params = one_param(tid_array(tids, n), TIDARRAYOID);
 	LfSavedUser saved = lf_become(mig->owner, SECURITY_RESTRICTED_OPERATION);
 	ListCell   *lc,
 			   *lu;
@@ -622,6 +710,222 @@ copy_claimed(LfMigration *mig, StepPlan *sp, Snapshot snap, ItemPointer tids, in
 	lf_progress_add(mig->id, n);
 }
 
+/* ---------------------------------------------------------------------
+ * Steps of group and join mappings: whole units (units.c)
+ *
+ * The rows of the units are claimed in the order of the mapping's inputs,
+ * then of ctids, by everyone: the first row of a unit decides who migrates
+ * it.  A statement's step waits for it like any claim (claim_tids): when
+ * the holder commits, every row of the unit is gone (skipped, or 40001);
+ * when it aborts, every row is back.  A worker takes a unit only if it gets
+ * its first row without waiting, and then must get the rest.
+ * ---------------------------------------------------------------------
+ */
+
+/* Lock every input of m, as a step on one of them would; false if one is gone. */
+static bool
+lock_unit_inputs(LfMapping *m)
+{
+	for (int i = 0; i < m->ninputs; i++)
+		if (!lf_lock_input_if_exists(m->inputs[i], RowExclusiveLock))
+			return false;
+	return true;
+}
+
+/* Copy the claimed rows of every input of m (claimed, per input). */
+static void
+copy_units(LfMigration *mig, LfMapping *m, StepPlan *sp, Snapshot snap, LfUnit *claimed)
+{
+	ParamListInfo params = makeParamList(m->ninputs);
+	int			total = 0;
+
+	for (int i = 0; i < m->ninputs; i++)
+	{
+		params->params[i].value = tid_array(claimed->tids[i], claimed->n[i]);
+		params->params[i].isnull = false;
+		params->params[i].pflags = PARAM_FLAG_CONST;
+		params->params[i].ptype = TIDARRAYOID;
+		total += claimed->n[i];
+	}
+	if (total > 0)
+		copy_claimed(mig, sp, snap, params, total);
+}
+
+/*
+ * Delete the rows of the units that no other transaction is migrating,
+ * without waiting; claimed gets them, per input.  A unit whose first row
+ * is taken, or gone, is left whole.
+ */
+static void
+claim_units_nowait(LfMapping *m, Snapshot snap, List *units, LfUnit *claimed)
+{
+	CommandId	cid = GetCurrentCommandId(true);
+	Relation	rels[2];
+	int			cap[2] = {0, 0};
+	ListCell   *lc;
+
+	for (int i = 0; i < m->ninputs; i++)
+		rels[i] = table_open(m->inputs[i], NoLock);
+	foreach(lc, units)
+	{
+		LfUnit	   *u = lfirst(lc);
+		bool		first = true;
+
+		for (int i = 0; i < m->ninputs; i++)
+			for (int j = 0; j < u->n[i]; j++)
+			{
+				TM_FailureData tmfd;
+				TM_Result	res;
+
+				CHECK_FOR_INTERRUPTS();
+				res = table_tuple_delete(rels[i], &u->tids[i][j], cid, snap, InvalidSnapshot,
+										 false, &tmfd, false);
+				if (res != TM_Ok && first)
+					goto next_unit;		/* another transaction has it */
+				if (res != TM_Ok)
+					elog(ERROR, "leapfrog: row (%u,%u) of %s of a unit is taken though its first row was not (result %d)",
+						 ItemPointerGetBlockNumber(&u->tids[i][j]),
+						 ItemPointerGetOffsetNumber(&u->tids[i][j]),
+						 RelationGetRelationName(rels[i]), (int) res);
+				first = false;
+				if (claimed->n[i] == cap[i])
+				{
+					cap[i] = Max(64, cap[i] * 2);
+					claimed->tids[i] = claimed->tids[i]
+						? repalloc(claimed->tids[i], cap[i] * sizeof(ItemPointerData))
+						: palloc(cap[i] * sizeof(ItemPointerData));
+				}
+				claimed->tids[i][claimed->n[i]++] = u->tids[i][j];
+			}
+next_unit:
+		;
+	}
+	for (int i = 0; i < m->ninputs; i++)
+		table_close(rels[i], NoLock);
+}
+
+/*
+ * The units of the given rows of input (a statement's step): every row of
+ * them claimed, waiting, in the order of the inputs and of ctids, then
+ * copied.  Returns the rows migrated.
+ */
+static uint64
+migrate_units(LfMigration *mig, LfMapping *m, Oid input, ItemPointer tids, int ntids,
+			  MigrateContext *mc)
+{
+	StepPlan   *sp;
+	Snapshot	snap;
+	List	   *units;
+	LfUnit		claimed = {{0, 0}, {NULL, NULL}};
+	uint64		n = 0;
+
+	if (!lock_unit_inputs(m))
+		return 0;				/* completed meanwhile */
+	sp = step_plan(mig, input);
+	snap = step_snapshot();
+	units = lf_units_of(m, lf_unit_input_index(m, input), tids, ntids, snap);
+	for (int i = 0; i < m->ninputs; i++)
+	{
+		List	   *all = NIL;
+		ItemPointerData *rows;
+		int			nrows;
+		Relation	rel;
+		ListCell   *lc;
+
+		foreach(lc, units)
+		{
+			LfUnit	   *u = lfirst(lc);
+
+			for (int j = 0; j < u->n[i]; j++)
+				all = lappend(all, &u->tids[i][j]);
+		}
+		rows = palloc(sizeof(ItemPointerData) * Max(list_length(all), 1));
+		nrows = 0;
+		foreach(lc, all)
+			rows[nrows++] = *(ItemPointer) lfirst(lc);
+		qsort(rows, nrows, sizeof(ItemPointerData), tid_cmp);
+		rel = table_open(m->inputs[i], NoLock);
+		claimed.n[i] = claim_tids(rel, snap, rows, nrows, &claimed.tids[i]);
+		table_close(rel, NoLock);
+		n += claimed.n[i];
+	}
+	if (n > 0)
+	{
+		if (claimed.n[lf_unit_input_index(m, input)] > 0)
+		{
+			mc->tids = claimed.tids[lf_unit_input_index(m, input)];
+			mc->n = claimed.n[lf_unit_input_index(m, input)];
+		}
+		copy_units(mig, m, sp, snap, &claimed);
+	}
+	UnregisterSnapshot(snap);
+	return n;
+}
+
+/*
+ * The units of the rows of blocks [lo, hi) of input (a background step):
+ * those no other transaction is migrating, claimed without waiting and
+ * copied.  claim gets the claimed rows of input.
+ */
+static uint64
+migrate_unit_range(LfMigration *mig, LfMapping *m, Oid input, BlockNumber lo, BlockNumber hi,
+				   LfClaim *claim, MigrateContext *mc)
+{
+	StepPlan   *sp;
+	Relation	rel;
+	Snapshot	snap;
+	ItemPointerData min,
+				max;
+	TableScanDesc scan;
+	TupleTableSlot *slot;
+	List	   *seeds = NIL;
+	ItemPointerData *tids;
+	int			nseeds = 0;
+	int			from = lf_unit_input_index(m, input);
+	LfUnit		claimed = {{0, 0}, {NULL, NULL}};
+	uint64		n = 0;
+	ListCell   *lc;
+
+	if (!lock_unit_inputs(m))
+		return 0;
+	sp = step_plan(mig, input);
+	snap = step_snapshot();
+	rel = table_open(input, NoLock);
+	slot = table_slot_create(rel, NULL);
+	ItemPointerSet(&min, lo, FirstOffsetNumber);
+	ItemPointerSet(&max, hi - 1, MaxOffsetNumber);
+	scan = table_beginscan_tidrange(rel, snap, &min, &max);
+	while (table_scan_getnextslot_tidrange(scan, ForwardScanDirection, slot))
+	{
+		ItemPointer tid = palloc(sizeof(ItemPointerData));
+
+		*tid = slot->tts_tid;
+		seeds = lappend(seeds, tid);
+	}
+	table_endscan(scan);
+	ExecDropSingleTupleTableSlot(slot);
+	table_close(rel, NoLock);
+	tids = palloc(sizeof(ItemPointerData) * Max(list_length(seeds), 1));
+	foreach(lc, seeds)
+		tids[nseeds++] = *(ItemPointer) lfirst(lc);
+
+	claim_units_nowait(m, snap, lf_units_of(m, from, tids, nseeds, snap), &claimed);
+	for (int i = 0; i < m->ninputs; i++)
+		n += claimed.n[i];
+	if (claimed.n[from] > 0)
+	{
+		claim->tids = MemoryContextAlloc(TopMemoryContext, sizeof(ItemPointerData) * claimed.n[from]);
+		memcpy(claim->tids, claimed.tids[from], sizeof(ItemPointerData) * claimed.n[from]);
+		claim->n = claimed.n[from];
+		mc->tids = claim->tids;
+		mc->n = claim->n;
+	}
+	if (n > 0)
+		copy_units(mig, m, sp, snap, &claimed);
+	UnregisterSnapshot(snap);
+	return n;
+}
+
 /*
  * Migrate the unmigrated rows of blocks [lo, hi) of input that no other
  * transaction is migrating (see above).  Returns the rows migrated.  *claim
@@ -636,7 +940,17 @@ lf_migrate_range(LfMigration *mig, Oid input, BlockNumber lo, BlockNumber hi, Lf
 	StepPlan   *sp;
 	Relation	rel;
 	Snapshot	snap;
+	LfMapping  *um = unit_mapping(mig, input);
 
+	if (um)
+	{
+		uint64		n;
+
+		push_context(&errcb, &mc);
+		n = migrate_unit_range(mig, um, input, lo, hi, claim, &mc);
+		pop_context(&errcb);
+		return n;
+	}
 	sp = step_plan(mig, input);
 	rel = table_open(input, RowExclusiveLock);
 	snap = step_snapshot();
@@ -652,7 +966,7 @@ lf_migrate_range(LfMigration *mig, Oid input, BlockNumber lo, BlockNumber hi, Lf
 	claim->n = mc.n;
 
 	push_context(&errcb, &mc);
-	copy_claimed(mig, sp, snap, mc.tids, mc.n);
+	copy_claimed(mig, sp, snap, one_param(tid_array(mc.tids, mc.n), TIDARRAYOID), mc.n);
 	pop_context(&errcb);
 	UnregisterSnapshot(snap);
 	return mc.n;
@@ -674,9 +988,17 @@ lf_migrate_rows(LfMigration *mig, Oid input, ItemPointer tids, int ntids)
 	ItemPointerData *claimed;
 	int			n;
 
+	LfMapping  *um;
+
 	if (ntids == 0)
 		return 0;
 	push_context(&errcb, &mc);
+	if ((um = unit_mapping(mig, input)) != NULL)
+	{
+		n = (int) migrate_units(mig, um, input, tids, ntids, &mc);
+		pop_context(&errcb);
+		return n;
+	}
 
 	sp = step_plan(mig, input);
 	rel = table_open(input, RowExclusiveLock);
@@ -687,7 +1009,7 @@ lf_migrate_rows(LfMigration *mig, Oid input, ItemPointer tids, int ntids)
 	{
 		mc.tids = claimed;
 		mc.n = n;
-		copy_claimed(mig, sp, snap, claimed, n);
+		copy_claimed(mig, sp, snap, one_param(tid_array(claimed, n), TIDARRAYOID), n);
 	}
 	UnregisterSnapshot(snap);
 	pfree(claimed);

@@ -159,9 +159,13 @@ make_map_rte(LfMapping *m, RangeTblEntry *orig)
 	ListCell   *lc;
 	List	   *raw = NIL;
 
-	colnames = lappend(colnames, makeString(pstrdup("lf_ctid")));
 	sub->rtekind = RTE_SUBQUERY;
 	sub->subquery = copyObject(m->query);
+	/* lf_ctid, and a GROUP BY's lf_key columns */
+	foreach(lc, sub->subquery->targetList)
+		if (((TargetEntry *) lfirst(lc))->resno > m->natts)
+			colnames = lappend(colnames,
+							   makeString(pstrdup(((TargetEntry *) lfirst(lc))->resname)));
 	foreach(lc, sub->subquery->targetList)
 	{
 		TargetEntry *tle = lfirst(lc);

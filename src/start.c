@@ -64,9 +64,22 @@ PG_FUNCTION_INFO_V1(leapfrog_start);
 typedef struct PendingMapping
 {
 	Oid			target;
-	Oid			input;
+	Oid			input;			/* the one whose rows relevance finds */
+	LfMappingKind kind;
+	int			ninputs;
+	Oid			inputs[2];		/* every table it reads */
 	char	   *query;			/* nodeToString of the mapping Query */
 } PendingMapping;
+
+/* Does the mapping read relid? */
+static bool
+pm_reads(PendingMapping *pm, Oid relid)
+{
+	for (int i = 0; i < pm->ninputs; i++)
+		if (pm->inputs[i] == relid)
+			return true;
+	return false;
+}
 
 typedef struct StartState
 {
@@ -227,41 +240,13 @@ reads_system_column(Node *node, void *context)
 	return expression_tree_walker(node, reads_system_column, context);
 }
 
-/*
- * What a mapping's SELECT may be: a single-table read with immutable
- * filters, nothing that depends on more than one input row.  Its input's
- * range table entry.
- */
-static RangeTblEntry *
-check_mapping_select(StartState *st, Query *sel)
+/* What a mapping may read: a plain table that no migration touches yet. */
+static void
+check_mapping_input(StartState *st, RangeTblEntry *in)
 {
-	RangeTblEntry *in;
-
-	if (sel->cteList || sel->setOperations)
-		refuse(errmsg("WITH and set operations are not supported in a mapping"));
-	if (sel->hasAggs || sel->groupClause || sel->groupingSets || sel->havingQual)
-		refuse(errmsg("aggregation is not supported in a mapping yet"),
-			   errdetail("Only single-table mappings (1:1 and splits) are supported."));
-	if (sel->hasWindowFuncs)
-		refuse(errmsg("window functions are not supported in a mapping"));
-	if (sel->hasTargetSRFs)
-		refuse(errmsg("set-returning functions are not supported in a mapping"));
-	if (sel->distinctClause)
-		refuse(errmsg("DISTINCT is not supported in a mapping"));
-	if (sel->limitCount || sel->limitOffset)
-		refuse(errmsg("LIMIT and OFFSET are not supported in a mapping"));
-	if (sel->rowMarks)
-		refuse(errmsg("FOR UPDATE/SHARE is not supported in a mapping"));
-	if (sel->hasSubLinks)
-		refuse(errmsg("sub-queries are not supported in a mapping"),
-			   errdetail("A mapping may read only its input table."));
-	if (list_length(sel->rtable) != 1 || list_length(sel->jointree->fromlist) != 1 ||
-		!IsA(linitial(sel->jointree->fromlist), RangeTblRef))
-		refuse(errmsg("joins are not supported in a mapping yet"),
-			   errdetail("Only single-table mappings (1:1 and splits) are supported."));
-	in = linitial(sel->rtable);
 	if (in->rtekind != RTE_RELATION)
-		refuse(errmsg("a mapping must read a table"));
+		refuse(errmsg("a mapping must read tables"),
+			   errdetail("Sub-queries, functions and VALUES are not supported in the FROM clause of a mapping."));
 	if (in->relkind != RELKIND_RELATION)
 		refuse(errmsg("mapping input \"%s\" is not a plain table", get_rel_name(in->relid)));
 	if (has_subclass(in->relid) || get_rel_relispartition(in->relid))
@@ -274,13 +259,155 @@ check_mapping_select(StartState *st, Query *sel)
 			   errhint("Chained migrations are not supported yet: wait for the running migration with leapfrog.wait()."));
 	if (get_rel_persistence(in->relid) == RELPERSISTENCE_TEMP)
 		refuse(errmsg("mapping input \"%s\" is a temporary table", get_rel_name(in->relid)));
-	if (reads_system_column(sel->jointree->quals, NULL))
+	in->inh = false;
+}
+
+/*
+ * What a mapping's SELECT may be: a read of one table (1:1, filters,
+ * splits), a GROUP BY of one table, or an equi-join of two tables (units.c),
+ * with immutable expressions.  Its inputs are checked here; the units in
+ * build_mapping.
+ */
+static void
+check_mapping_select(StartState *st, Query *sel)
+{
+	Node	   *quals;
+	ListCell   *lc;
+	int			nrels = 0;
+
+	if (sel->cteList || sel->setOperations)
+		refuse(errmsg("WITH and set operations are not supported in a mapping"));
+	if (sel->groupingSets)
+		refuse(errmsg("GROUPING SETS, ROLLUP and CUBE are not supported in a mapping"));
+	if (sel->hasWindowFuncs)
+		refuse(errmsg("window functions are not supported in a mapping"));
+	if (sel->hasTargetSRFs)
+		refuse(errmsg("set-returning functions are not supported in a mapping"));
+	if (sel->distinctClause)
+		refuse(errmsg("DISTINCT is not supported in a mapping"),
+			   errhint("Write it as GROUP BY over the same columns."));
+	if (sel->limitCount || sel->limitOffset)
+		refuse(errmsg("LIMIT and OFFSET are not supported in a mapping"));
+	if (sel->rowMarks)
+		refuse(errmsg("FOR UPDATE/SHARE is not supported in a mapping"));
+	if (sel->hasSubLinks)
+		refuse(errmsg("sub-queries are not supported in a mapping"),
+			   errdetail("A mapping may read one table, group one table, or join two."));
+	foreach(lc, sel->rtable)
+	{
+		RangeTblEntry *rte = lfirst(lc);
+
+		if (rte->rtekind == RTE_JOIN)
+			continue;
+		check_mapping_input(st, rte);
+		nrels++;
+	}
+	if (nrels > 2)
+		refuse(errmsg("a mapping may join two tables, not %d", nrels),
+			   errhint("Join the first two into an intermediate table in one migration, then join it with the third in the next."));
+	if (nrels == 2 && (sel->hasAggs || sel->groupClause))
+		refuse(errmsg("aggregation over a join is not supported in a mapping"),
+			   errhint("Join into an intermediate table in one migration, then aggregate it in the next."));
+	if (nrels == 2)
+	{
+		RangeTblEntry *a = NULL,
+				   *b = NULL;
+
+		foreach(lc, sel->rtable)
+			if (((RangeTblEntry *) lfirst(lc))->rtekind == RTE_RELATION)
+			{
+				if (a == NULL)
+					a = lfirst(lc);
+				else
+					b = lfirst(lc);
+			}
+		if (a->relid == b->relid)
+			refuse(errmsg("a self-join of \"%s\" is not supported in a mapping", get_rel_name(a->relid)),
+				   errhint("Copy the table first, then join the copy."));
+	}
+	quals = (Node *) sel->jointree;
+	if (reads_system_column(quals, NULL) || reads_system_column(sel->havingQual, NULL))
 		refuse(errmsg("the filter of a mapping reads a system column or a whole row"),
 			   errdetail("A mapping may read the input's columns and ctid."));
-	if (contain_mutable_functions(sel->jointree->quals))
+	if (contain_mutable_functions(quals) || contain_mutable_functions(sel->havingQual))
 		refuse(errmsg("the filter of a mapping must be immutable"),
 			   errdetail("Rows are migrated later than start(); only immutable expressions give the eager result."));
-	return in;
+}
+
+/*
+ * The units of a group or join mapping (units.c): refused where Leapfrog
+ * cannot track them, or where an input has no index to find a unit's rows.
+ */
+static void
+check_units(LfMapping *m)
+{
+	const char *why = lf_describe_units(m);
+	int			i;
+
+	if (why)
+		refuse(errmsg("%s is not supported in a mapping", why),
+			   errdetail("A GROUP BY mapping groups on columns of its input; a join mapping joins two tables on equalities of their columns, [INNER|LEFT|RIGHT] JOIN."));
+	if (m->kind == LF_MAP_JOIN && m->jointype != JOIN_INNER &&
+		m->jointype != JOIN_LEFT && m->jointype != JOIN_RIGHT)
+		refuse(errmsg("FULL JOIN is not supported in a mapping"),
+			   errhint("Write it as a LEFT JOIN into the new table and an INSERT ... SELECT of the unmatched rows of the other side after the migration."));
+	if (m->kind == LF_MAP_ROWS)
+		return;
+	for (i = 0; i < m->ninputs; i++)
+		if (!OidIsValid(lf_unit_index(m, i)))
+		{
+			StringInfoData cols;
+
+			initStringInfo(&cols);
+			for (int k = 0; k < m->nkeys; k++)
+				appendStringInfo(&cols, "%s%s", k ? ", " : "",
+								 quote_identifier(get_attname(m->inputs[i], m->keys[i][k], false)));
+			refuse(errmsg("mapping input \"%s\" has no index on (%s)", get_rel_name(m->inputs[i]), cols.data),
+				   errdetail("A %s migrates the rows of a %s together, found through such an index (a btree whose leading columns are these, with the mapping's equality and collation).",
+							 m->kind == LF_MAP_GROUPS ? "GROUP BY mapping" : "join mapping",
+							 m->kind == LF_MAP_GROUPS ? "group" : "join key"),
+				   errhint("Create it before start(): CREATE INDEX CONCURRENTLY ON %s (%s);",
+						   quote_qualified_identifier(get_namespace_name(get_rel_namespace(m->inputs[i])),
+													  get_rel_name(m->inputs[i])),
+						   cols.data));
+		}
+}
+
+/*
+ * The column of a mapping that relevance queries project (relevance.c): an
+ * input row's ctid.  A row mapping's own; a join's from its preserved side
+ * (the left one of an inner join), so that every output row has one; one
+ * row of each group: min(ctid).  The step then migrates the whole unit of
+ * that row (units.c).
+ */
+static Expr *
+mapping_ctid(LfMapping *m, Query *sel)
+{
+	ParseState *pstate;
+	Relation	in;
+	ParseNamespaceItem *nsitem;
+	ColumnRef  *cref;
+	Node	   *agg;
+	int			rti = m->rtis[0];
+
+	if (m->kind == LF_MAP_JOIN && m->jointype == JOIN_RIGHT)
+		rti = m->rtis[1];
+	if (m->kind != LF_MAP_GROUPS)
+		return (Expr *) makeVar(rti, SelfItemPointerAttributeNumber, TIDOID, -1, InvalidOid, 0);
+	pstate = make_parsestate(NULL);
+	in = table_open(m->inputs[0], AccessShareLock);
+	nsitem = addRangeTableEntryForRelation(pstate, in, AccessShareLock, NULL, false, true);
+	addNSItemToQuery(pstate, nsitem, true, true, true);
+	cref = makeNode(ColumnRef);
+	cref->fields = list_make1(makeString("ctid"));
+	cref->location = -1;
+	agg = transformExpr(pstate,
+						(Node *) makeFuncCall(list_make2(makeString("pg_catalog"), makeString("min")),
+											  list_make1(cref), COERCE_EXPLICIT_CALL, -1),
+						EXPR_KIND_SELECT_TARGET);
+	table_close(in, AccessShareLock);
+	Assert(m->rtis[0] == 1);
+	return (Expr *) agg;
 }
 
 /*
@@ -325,21 +452,24 @@ mapping_column(Query *ins, RangeTblRef *rtr, RangeTblEntry *srte, Query *sel,
 }
 
 /*
- * From the analysed INSERT INTO target SELECT ... FROM input, build the
+ * From the analysed INSERT INTO target SELECT ... FROM ..., build the
  * mapping Query: SELECT <one expression per attribute of target, in
- * attribute order, coerced as the INSERT coerces>, ctid FROM input WHERE ...
+ * attribute order, coerced as the INSERT coerces>, lf_ctid FROM ... WHERE
+ * ... [GROUP BY ... HAVING ...], and for a GROUP BY the grouping columns
+ * after them (lf_key_n).  *m gets its units (units.c); m->input is the
+ * input relevance queries find rows of.
  */
 static Query *
-build_mapping(StartState *st, Query *ins, Oid *input_out)
+build_mapping(StartState *st, Query *ins, LfMapping *m)
 {
 	RangeTblEntry *target_rte = rt_fetch(ins->resultRelation, ins->rtable);
 	RangeTblRef *rtr;
 	RangeTblEntry *srte;
-	RangeTblEntry *in;
 	Query	   *sel;
 	Relation	target;
 	TupleDesc	desc;
 	List	   *tlist = NIL;
+	ListCell   *lc;
 	int			attno;
 
 	if (!list_member_oid(st->created, target_rte->relid))
@@ -358,8 +488,19 @@ build_mapping(StartState *st, Query *ins, Oid *input_out)
 		refuse(errmsg("INSERT ... VALUES is not supported in a leapfrog script"),
 			   errhint("Insert constant rows after the migration has started."));
 	sel = copyObject(srte->subquery);
-	in = check_mapping_select(st, sel);
-	in->inh = false;
+	check_mapping_select(st, sel);
+	foreach(lc, sel->rtable)
+		if (((RangeTblEntry *) lfirst(lc))->rtekind == RTE_RELATION)
+		{
+			m->input = ((RangeTblEntry *) lfirst(lc))->relid;
+			break;
+		}
+	m->query = sel;
+	check_units(m);
+	if (m->kind == LF_MAP_JOIN && m->jointype == JOIN_RIGHT)
+		m->input = m->inputs[1];
+	else
+		m->input = m->inputs[0];
 
 	target = table_open(target_rte->relid, AccessShareLock);
 	desc = RelationGetDescr(target);
@@ -374,15 +515,25 @@ build_mapping(StartState *st, Query *ins, Oid *input_out)
 						makeTargetEntry((Expr *) mapping_column(ins, rtr, srte, sel, target, att),
 										attno, pstrdup(NameStr(att->attname)), false));
 	}
-	tlist = lappend(tlist,
-					makeTargetEntry((Expr *) makeVar(1, SelfItemPointerAttributeNumber,
-													 TIDOID, -1, InvalidOid, 0),
-									desc->natts + 1, pstrdup("lf_ctid"), false));
+	tlist = lappend(tlist, makeTargetEntry(mapping_ctid(m, sel), desc->natts + 1,
+										   pstrdup("lf_ctid"), false));
 	table_close(target, AccessShareLock);
 
+	/* GROUP BY refers to its columns by sortgroupref: keep them, named */
+	foreach(lc, sel->groupClause)
+	{
+		SortGroupClause *sgc = lfirst(lc);
+		TargetEntry *tle = get_sortgroupclause_tle(sgc, sel->targetList);
+		TargetEntry *key = makeTargetEntry(copyObject(tle->expr), list_length(tlist) + 1,
+										   psprintf("lf_key_%d", foreach_current_index(lc) + 1),
+										   false);
+
+		key->ressortgroupref = sgc->tleSortGroupRef;
+		tlist = lappend(tlist, key);
+	}
 	sel->targetList = tlist;
 	sel->sortClause = NIL;
-	*input_out = in->relid;
+	sel->hasAggs = sel->hasAggs || m->kind == LF_MAP_GROUPS;
 	return sel;
 }
 
@@ -397,6 +548,30 @@ reads_a_table(Query *ins)
 	return list_length(list_delete_oid(relids, target)) > 0;
 }
 
+/*
+ * An input row migrates once, for every mapping that reads it (migrate.c):
+ * a table read by a group or join mapping, whose unit is a key, may not be
+ * read by another mapping, whose unit would differ.
+ */
+static void
+check_shared_inputs(StartState *st, PendingMapping *pm)
+{
+	ListCell   *lc;
+
+	foreach(lc, st->mappings)
+	{
+		PendingMapping *other = lfirst(lc);
+
+		for (int i = 0; i < pm->ninputs; i++)
+			if (pm_reads(other, pm->inputs[i]) &&
+				(pm->kind != LF_MAP_ROWS || other->kind != LF_MAP_ROWS))
+				refuse(errmsg("table \"%s\" is read by a GROUP BY or join mapping and by another mapping",
+							  get_rel_name(pm->inputs[i])),
+					   errdetail("Leapfrog migrates each input row once, for every mapping that reads it, and the rows of a group or join key together."),
+					   errhint("Fill one of the new tables in a later migration."));
+	}
+}
+
 static void
 add_mapping(StartState *st, RawStmt *rs)
 {
@@ -405,6 +580,7 @@ add_mapping(StartState *st, RawStmt *rs)
 	Query	   *ins;
 	PendingMapping *pm;
 	Query	   *map;
+	LfMapping	m = {0};
 
 	if (list_length(queries) != 1)
 		refuse(errmsg("INSERT rewritten by rules is not supported in a leapfrog script"));
@@ -415,12 +591,18 @@ add_mapping(StartState *st, RawStmt *rs)
 		return;
 	}
 	pm = MemoryContextAllocZero(st->cxt, sizeof(PendingMapping));
-	map = build_mapping(st, ins, &pm->input);
-	if (replacement_of(st, pm->input))
-		refuse(errmsg("mapping input \"%s\" is replaced lazily by the same script",
-					  get_rel_name(pm->input)),
-			   errdetail("Its rows move into it after start()."),
-			   errhint("Put the INSERT ... SELECT before the ALTER TABLE or CREATE INDEX."));
+	map = build_mapping(st, ins, &m);
+	pm->input = m.input;
+	pm->kind = m.kind;
+	pm->ninputs = m.ninputs;
+	memcpy(pm->inputs, m.inputs, sizeof(m.inputs));
+	for (int i = 0; i < pm->ninputs; i++)
+		if (replacement_of(st, pm->inputs[i]))
+			refuse(errmsg("mapping input \"%s\" is replaced lazily by the same script",
+						  get_rel_name(pm->inputs[i])),
+				   errdetail("Its rows move into it after start()."),
+				   errhint("Put the INSERT ... SELECT before the ALTER TABLE or CREATE INDEX."));
+	check_shared_inputs(st, pm);
 	pm->target = rt_fetch(ins->resultRelation, ins->rtable)->relid;
 	if (replacement_of(st, pm->target))
 		refuse(errmsg("INSERT ... SELECT into table \"%s\", replaced lazily by the same script, is not supported",
@@ -518,10 +700,10 @@ do_data_stmt(StartState *st, RawStmt *rs, List *queries)
 		PendingMapping *pm = lfirst(lc);
 
 		foreach(lc2, writes)
-			if (lfirst_oid(lc2) == pm->input || lfirst_oid(lc2) == pm->target)
+			if (pm_reads(pm, lfirst_oid(lc2)) || lfirst_oid(lc2) == pm->target)
 				refuse(errmsg("statement changes table \"%s\" after a mapping that %s it",
 							  get_rel_name(lfirst_oid(lc2)),
-							  lfirst_oid(lc2) == pm->input ? "reads" : "fills"),
+							  pm_reads(pm, lfirst_oid(lc2)) ? "reads" : "fills"),
 					   errdetail("The mapping's rows move after start(). Statement: %s",
 								 stmt_text(st, rs)),
 					   errhint("Put the statement before the mapping, or run it after start()."));
@@ -553,7 +735,7 @@ mapped_input(StartState *st, Oid relid)
 	ListCell   *lc;
 
 	foreach(lc, st->mappings)
-		if (((PendingMapping *) lfirst(lc))->input == relid)
+		if (pm_reads(lfirst(lc), relid))
 			return true;
 	return false;
 }
@@ -802,9 +984,9 @@ do_alter(StartState *st, RawStmt *rs)
 		{
 			PendingMapping *pm = lfirst(lc);
 
-			if (pm->input == relid || pm->target == relid)
+			if (pm_reads(pm, relid) || pm->target == relid)
 				refuse(errmsg("ALTER TABLE on table \"%s\" after a mapping that %s it is not supported",
-							  get_rel_name(relid), pm->input == relid ? "reads" : "fills"),
+							  get_rel_name(relid), pm_reads(pm, relid) ? "reads" : "fills"),
 					   errdetail("A mapping is fixed when its INSERT ... SELECT runs. Statement: %s",
 								 stmt_text(st, rs)),
 					   errhint("Put the ALTER TABLE before the INSERT ... SELECT."));
@@ -975,6 +1157,9 @@ add_replacement_mapping(StartState *st, LfReplacement *r)
 	q->targetList = tlist;
 	pm = MemoryContextAllocZero(st->cxt, sizeof(PendingMapping));
 	pm->input = r->old;
+	pm->kind = LF_MAP_ROWS;
+	pm->ninputs = 1;
+	pm->inputs[0] = r->old;
 	pm->target = r->clone;
 	pm->query = MemoryContextStrdup(st->cxt, nodeToString(q));
 	remember(st, &st->mappings, pm);
@@ -1073,11 +1258,12 @@ check_inputs_retired(StartState *st)
 	{
 		PendingMapping *pm = lfirst(lc);
 
-		if (!list_member_oid(st->retired, pm->input))
-			refuse(errmsg("mapping input \"%s\" is not dropped by the script",
-						  get_rel_name(pm->input)),
-				   errdetail("Inputs that stay live are not supported yet: add DROP TABLE %s to the script.",
-							 get_rel_name(pm->input)));
+		for (int i = 0; i < pm->ninputs; i++)
+			if (!list_member_oid(st->retired, pm->inputs[i]))
+				refuse(errmsg("mapping input \"%s\" is not dropped by the script",
+							  get_rel_name(pm->inputs[i])),
+					   errdetail("Inputs that stay live are not supported yet: add DROP TABLE %s to the script.",
+								 get_rel_name(pm->inputs[i])));
 		if (!OidIsValid(get_rel_namespace(pm->target)))
 			refuse(errmsg("mapping target dropped by the same script"));
 	}

@@ -1,0 +1,538 @@
+/*-------------------------------------------------------------------------
+ * units.c
+ *	  Units of group and join mappings: what they are, and their rows.
+ *
+ * A row mapping (1:1, filters, splits) migrates input rows one by one.  A
+ * GROUP BY mapping computes an output row from a whole group of input rows,
+ * and a join mapping an output row from rows of two inputs; migrating one
+ * input row alone would compute a partial group, or miss the join partners
+ * of a row that are still unmigrated.  Their unit is a *key*: the rows of
+ * every input of the mapping whose key columns equal it (the GROUP BY
+ * columns; the columns of the join's equalities, on each side).  Migrating
+ * a unit migrates all its rows at once, and computes the mapping over
+ * exactly those rows, which is what the eager script computes for that key
+ * (a group is computed whole; a join pair lies in one unit).  NULL keys
+ * follow SQL: a GROUP BY puts NULL keys in one group (one unit), and a join
+ * never matches them, so a row with a NULL join key is a unit of its own.
+ *
+ * Tracking is unchanged (migrate.c): a unit's rows are deleted from the
+ * retired inputs by the step that migrates it, in the order of the inputs
+ * and then of ctids.  Every claimer claims whole units in that order, so the
+ * first row of a unit decides who migrates it: a session waiting for it
+ * then finds the whole unit gone (or, if the holder aborts, whole again),
+ * and a background worker that cannot take it without waiting leaves the
+ * unit alone (migrate.c, claim_units_nowait).  Retired inputs never gain
+ * rows, so a unit's rows are fixed for the life of the migration.
+ *
+ * A unit's rows are found through an index on its key in each input,
+ * which start() requires (lf_unit_index).  Finding a unit is checked: the
+ * rows found must include the row the unit was looked up from, or the step
+ * fails rather than migrate a partial unit.
+ *-------------------------------------------------------------------------
+ */
+#include "leapfrog.h"
+
+#include "access/genam.h"
+#include "access/nbtree.h"
+#include "access/relation.h"
+#include "access/table.h"
+#include "access/tableam.h"
+#include "catalog/pg_am.h"
+#include "catalog/pg_type.h"
+#include "executor/tuptable.h"
+#include "nodes/makefuncs.h"
+#include "nodes/nodeFuncs.h"
+#include "optimizer/optimizer.h"
+#include "parser/parse_coerce.h"
+#include "parser/parsetree.h"
+#include "utils/hsearch.h"
+#include "utils/fmgroids.h"
+#include "utils/lsyscache.h"
+#include "utils/rel.h"
+
+/* A column of rtindex rti, under binary-compatible relabelling; or NULL. */
+static Var *
+plain_column(Node *node, int rti)
+{
+	while (node && IsA(node, RelabelType))
+		node = (Node *) ((RelabelType *) node)->arg;
+	if (node == NULL || !IsA(node, Var))
+		return NULL;
+	if (((Var *) node)->varlevelsup != 0 || ((Var *) node)->varattno <= 0 ||
+		(rti > 0 && ((Var *) node)->varno != rti))
+		return NULL;
+	return (Var *) node;
+}
+
+/* The relations of a join mapping: their rtindexes, and the join's shape. */
+static bool
+join_shape(Query *q, int *rti, JoinType *jointype, Node **quals)
+{
+	Node	   *f;
+
+	if (q->jointree == NULL)
+		return false;
+	if (list_length(q->jointree->fromlist) == 2 &&
+		IsA(linitial(q->jointree->fromlist), RangeTblRef) &&
+		IsA(lsecond(q->jointree->fromlist), RangeTblRef))
+	{
+		rti[0] = ((RangeTblRef *) linitial(q->jointree->fromlist))->rtindex;
+		rti[1] = ((RangeTblRef *) lsecond(q->jointree->fromlist))->rtindex;
+		*jointype = JOIN_INNER;
+		*quals = q->jointree->quals;
+		return true;
+	}
+	if (list_length(q->jointree->fromlist) != 1)
+		return false;
+	f = linitial(q->jointree->fromlist);
+	if (!IsA(f, JoinExpr) || !IsA(((JoinExpr *) f)->larg, RangeTblRef) ||
+		!IsA(((JoinExpr *) f)->rarg, RangeTblRef))
+		return false;
+	rti[0] = ((RangeTblRef *) ((JoinExpr *) f)->larg)->rtindex;
+	rti[1] = ((RangeTblRef *) ((JoinExpr *) f)->rarg)->rtindex;
+	*jointype = ((JoinExpr *) f)->jointype;
+	*quals = ((JoinExpr *) f)->quals;
+	return true;
+}
+
+/*
+ * Fill in the unit description of m from its query: GROUP BY mappings group
+ * on plain columns of their input; join mappings join two tables on
+ * equalities of columns, one of each (the other conjuncts filter).  Returns
+ * NULL, or why the mapping has no unit Leapfrog can track (start() refuses
+ * it with that reason).
+ */
+const char *
+lf_describe_units(LfMapping *m)
+{
+	Query	   *q = m->query;
+	ListCell   *lc;
+
+	m->kind = LF_MAP_ROWS;
+	m->ninputs = 1;
+	m->rtis[0] = 1;
+	m->inputs[0] = m->input;
+	m->nkeys = 0;
+	if (q->groupClause != NIL || q->hasAggs)
+	{
+		m->kind = LF_MAP_GROUPS;
+		if (q->groupClause == NIL)
+			return "an aggregate without GROUP BY";
+		foreach(lc, q->groupClause)
+		{
+			SortGroupClause *sgc = lfirst(lc);
+			TargetEntry *tle = get_sortgroupclause_tle(sgc, q->targetList);
+			Var		   *v = plain_column((Node *) tle->expr, 0);
+
+			if (v == NULL || exprType((Node *) tle->expr) != v->vartype)
+				return "a GROUP BY expression that is not a column of the input";
+			if (m->nkeys == INDEX_MAX_KEYS)
+				return "too many GROUP BY columns";
+			m->rtis[0] = v->varno;
+			m->keys[0][m->nkeys] = v->varattno;
+			m->eqops[m->nkeys] = sgc->eqop;
+			m->collations[m->nkeys] = exprCollation((Node *) tle->expr);
+			m->nkeys++;
+		}
+		m->inputs[0] = rt_fetch(m->rtis[0], q->rtable)->relid;
+		return NULL;
+	}
+	if (list_length(q->rtable) > 1)
+	{
+		Node	   *quals;
+		JoinType	jt;
+
+		m->kind = LF_MAP_JOIN;
+		m->ninputs = 2;
+		if (!join_shape(q, m->rtis, &jt, &quals))
+			return "a join that is not between two tables";
+		m->jointype = jt;
+		m->inputs[0] = rt_fetch(m->rtis[0], q->rtable)->relid;
+		m->inputs[1] = rt_fetch(m->rtis[1], q->rtable)->relid;
+		foreach(lc, make_ands_implicit((Expr *) quals))
+		{
+			OpExpr	   *op = lfirst(lc);
+			Var		   *l,
+					   *r;
+
+			if (!IsA(op, OpExpr) || list_length(op->args) != 2)
+				continue;
+			l = plain_column(linitial(op->args), 0);
+			r = plain_column(lsecond(op->args), 0);
+			if (l == NULL || r == NULL || l->varno == r->varno ||
+				!op_mergejoinable(op->opno, exprType(linitial(op->args))))
+				continue;
+			if (m->nkeys == INDEX_MAX_KEYS)
+				return "too many join columns";
+			if (l->varno == m->rtis[0] && r->varno == m->rtis[1])
+			{
+				m->keys[0][m->nkeys] = l->varattno;
+				m->keys[1][m->nkeys] = r->varattno;
+			}
+			else if (l->varno == m->rtis[1] && r->varno == m->rtis[0])
+			{
+				Oid			commuted = get_commutator(op->opno);
+
+				if (!OidIsValid(commuted))
+					continue;
+				m->keys[0][m->nkeys] = r->varattno;
+				m->keys[1][m->nkeys] = l->varattno;
+				m->eqops[m->nkeys] = commuted;
+				m->collations[m->nkeys] = op->inputcollid;
+				m->nkeys++;
+				continue;
+			}
+			else
+				continue;
+			m->eqops[m->nkeys] = op->opno;
+			m->collations[m->nkeys] = op->inputcollid;
+			m->nkeys++;
+		}
+		if (m->nkeys == 0)
+			return "a join without an equality between a column of each table";
+		return NULL;
+	}
+	m->rtis[0] = 1;
+	m->inputs[0] = rt_fetch(1, q->rtable)->relid;
+	return NULL;
+}
+
+/* The target columns of a mapping query: those before lf_ctid. */
+int
+lf_mapping_natts(Query *q)
+{
+	ListCell   *lc;
+
+	foreach(lc, q->targetList)
+	{
+		TargetEntry *tle = lfirst(lc);
+
+		if (tle->resname && strcmp(tle->resname, "lf_ctid") == 0)
+			return tle->resno - 1;
+	}
+	elog(ERROR, "leapfrog: mapping without lf_ctid");
+	return 0;
+}
+
+/* The position of input relid among m's inputs, or -1. */
+int
+lf_unit_input_index(LfMapping *m, Oid relid)
+{
+	int			i;
+
+	for (i = 0; i < m->ninputs; i++)
+		if (m->inputs[i] == relid)
+			return i;
+	return -1;
+}
+
+/* ---------------------------------------------------------------------
+ * Finding a unit's rows
+ * ---------------------------------------------------------------------
+ */
+
+/*
+ * How to look up the rows of input i by the key values of input `from`:
+ * the index, and per key its index column, comparison procedure and
+ * subtype.  Kept per backend, by mapping id (mappings never change).
+ */
+typedef struct KeyLookup
+{
+	Oid			index;
+	int			col[INDEX_MAX_KEYS];	/* 1-based index column of key k */
+	Oid			proc[INDEX_MAX_KEYS];	/* the equality operator's function */
+	Oid			subtype[INDEX_MAX_KEYS];
+	Oid			collation[INDEX_MAX_KEYS];
+} KeyLookup;
+
+typedef struct UnitPlan
+{
+	int			mapping_id;		/* hash key */
+	bool		ready;
+	KeyLookup	lookup[2][2];	/* [input][from] */
+} UnitPlan;
+
+static HTAB *unit_plans = NULL;
+
+/* The type of key k of input i, as a value. */
+static Oid
+key_type(LfMapping *m, int i, int k)
+{
+	return get_atttype(m->inputs[i], m->keys[i][k]);
+}
+
+/*
+ * Whether index column p of idx can look up key k of input i by values of
+ * input `from`: it orders the key's type with the mapping's equality, under
+ * its collation.  Fills the lookup's entries for k.
+ */
+static bool
+index_column_fits(LfMapping *m, int i, int from, int k, Relation idx, int p, KeyLookup *kl)
+{
+	Oid			opfamily = idx->rd_opfamily[p];
+	Oid			opcintype = idx->rd_opcintype[p];
+	Oid			valtype = key_type(m, from, k);
+	Oid			coll = idx->rd_indcollation[p];
+	Oid			proc;
+
+	if (!op_in_opfamily(m->eqops[k], opfamily))
+		return false;
+	if (OidIsValid(m->collations[k]) && coll != m->collations[k])
+		return false;
+	if (IsBinaryCoercible(valtype, opcintype))
+		valtype = opcintype;
+	/* a scan key's function is the operator's (the insertion key uses the opclass's) */
+	proc = get_opcode(get_opfamily_member(opfamily, opcintype, valtype, BTEqualStrategyNumber));
+	if (!OidIsValid(proc))
+		return false;
+	kl->col[k] = p + 1;
+	kl->proc[k] = proc;
+	kl->subtype[k] = valtype == opcintype ? InvalidOid : valtype;
+	kl->collation[k] = coll;
+	return true;
+}
+
+/*
+ * An index of input i on the unit's key: a valid, non-partial btree index
+ * whose leading columns are exactly the key columns, in any order, usable
+ * with values of input `from`.  InvalidOid if there is none.
+ */
+static Oid
+find_key_index(LfMapping *m, int i, int from, KeyLookup *kl)
+{
+	Relation	rel = table_open(m->inputs[i], AccessShareLock);
+	List	   *indexes = RelationGetIndexList(rel);
+	ListCell   *lc;
+	Oid			found = InvalidOid;
+
+	foreach(lc, indexes)
+	{
+		Relation	idx = index_open(lfirst_oid(lc), AccessShareLock);
+		Form_pg_index ind = idx->rd_index;
+		bool		fits = idx->rd_rel->relam == BTREE_AM_OID && ind->indisvalid &&
+			ind->indnkeyatts >= m->nkeys && RelationGetIndexPredicate(idx) == NIL;
+		int			k,
+					p;
+
+		for (k = 0; fits && k < m->nkeys; k++)
+		{
+			fits = false;
+			for (p = 0; p < m->nkeys; p++)
+				if (ind->indkey.values[p] == m->keys[i][k])
+				{
+					fits = index_column_fits(m, i, from, k, idx, p, kl);
+					break;
+				}
+		}
+		index_close(idx, AccessShareLock);
+		if (fits)
+		{
+			found = lfirst_oid(lc);
+			break;
+		}
+	}
+	table_close(rel, AccessShareLock);
+	kl->index = found;
+	return found;
+}
+
+/*
+ * The index through which the rows of a unit are found in input i, or
+ * InvalidOid: start() refuses a mapping without one on every input (a
+ * scan of the input per unit is no way to migrate).
+ */
+Oid
+lf_unit_index(LfMapping *m, int i)
+{
+	KeyLookup	kl;
+	int			from;
+	Oid			idx = InvalidOid;
+
+	for (from = 0; from < m->ninputs; from++)
+		if (!OidIsValid(idx = find_key_index(m, i, from, &kl)))
+			return InvalidOid;
+	return idx;
+}
+
+static UnitPlan *
+unit_plan(LfMapping *m)
+{
+	UnitPlan   *up;
+	bool		found;
+	int			i,
+				from;
+
+	if (unit_plans == NULL)
+	{
+		HASHCTL		ctl = {.keysize = sizeof(int),.entrysize = sizeof(UnitPlan)};
+
+		unit_plans = hash_create("leapfrog units", 16, &ctl, HASH_ELEM | HASH_BLOBS);
+	}
+	up = hash_search(unit_plans, &m->id, HASH_ENTER, &found);
+	if (found && up->ready)
+		return up;
+	up->ready = false;
+	for (i = 0; i < m->ninputs; i++)
+		for (from = 0; from < m->ninputs; from++)
+			if (!OidIsValid(find_key_index(m, i, from, &up->lookup[i][from])))
+				ereport(ERROR,
+						(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+						 errmsg("leapfrog: no index on the key of input %s of mapping %d",
+								lf_relation_name(m->inputs[i]), m->id)));
+	up->ready = true;
+	return up;
+}
+
+/* The rows of input i whose key equals the given values, visible to snap. */
+static void
+lookup_rows(Relation rel, KeyLookup *kl, int nkeys, Datum *values, bool *nulls,
+			Snapshot snap, TupleTableSlot *slot, List **tids)
+{
+	Relation	idx = index_open(kl->index, AccessShareLock);
+	ScanKeyData sk[INDEX_MAX_KEYS];
+	IndexScanDesc scan;
+	int			k;
+
+	/* btree wants its keys in the order of the index columns */
+	for (k = 0; k < nkeys; k++)
+	{
+		ScanKey		key = &sk[kl->col[k] - 1];
+
+		if (nulls[k])
+			ScanKeyEntryInitialize(key, SK_ISNULL | SK_SEARCHNULL, kl->col[k],
+								   InvalidStrategy, InvalidOid, InvalidOid, InvalidOid,
+								   (Datum) 0);
+		else
+			ScanKeyEntryInitialize(key, 0, kl->col[k], BTEqualStrategyNumber,
+								   kl->subtype[k], kl->collation[k], kl->proc[k], values[k]);
+	}
+	scan = index_beginscan(rel, idx, snap, nkeys, 0);
+	index_rescan(scan, sk, nkeys, NULL, 0);
+	while (index_getnext_slot(scan, ForwardScanDirection, slot))
+	{
+		ItemPointer tid = palloc(sizeof(ItemPointerData));
+
+		CHECK_FOR_INTERRUPTS();
+		*tid = slot->tts_tid;
+		*tids = lappend(*tids, tid);
+	}
+	index_endscan(scan);
+	index_close(idx, AccessShareLock);
+}
+
+static int
+tid_cmp(const void *a, const void *b)
+{
+	return ItemPointerCompare((ItemPointer) a, (ItemPointer) b);
+}
+
+/* A list of palloc'd tids as a sorted array with no duplicates. */
+static int
+tid_list_to_array(List *list, ItemPointerData **out)
+{
+	ItemPointerData *a = palloc(sizeof(ItemPointerData) * Max(list_length(list), 1));
+	int			n = 0,
+				j = 0;
+	ListCell   *lc;
+
+	foreach(lc, list)
+		a[n++] = *(ItemPointer) lfirst(lc);
+	if (n > 1)
+	{
+		qsort(a, n, sizeof(ItemPointerData), tid_cmp);
+		for (int i = 1; i < n; i++)
+			if (!ItemPointerEquals(&a[j], &a[i]))
+				a[++j] = a[i];
+		n = j + 1;
+	}
+	*out = a;
+	return n;
+}
+
+/*
+ * The units of the rows seeds[0..nseeds) of input `from` of m, as snap sees
+ * them: one LfUnit per unit, its rows per input sorted by ctid.  A seed that
+ * snap cannot see (migrated meanwhile) is skipped, and so is one whose unit
+ * is already listed.  The caller holds locks on m's inputs.
+ */
+List *
+lf_units_of(LfMapping *m, int from, ItemPointer seeds, int nseeds, Snapshot snap)
+{
+	UnitPlan   *up = unit_plan(m);
+	Relation	rels[2];
+	TupleTableSlot *slots[2];	/* the seeds, read */
+	TupleTableSlot *lslots[2];	/* the unit's rows, looked up */
+	HTAB	   *seen;
+	HASHCTL		ctl = {.keysize = sizeof(ItemPointerData),.entrysize = sizeof(ItemPointerData),
+	.hcxt = CurrentMemoryContext};
+	List	   *units = NIL;
+	int			i,
+				s;
+
+	seen = hash_create("leapfrog unit rows", Max(nseeds, 16), &ctl,
+					   HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+	for (i = 0; i < m->ninputs; i++)
+	{
+		rels[i] = table_open(m->inputs[i], AccessShareLock);
+		slots[i] = table_slot_create(rels[i], NULL);
+		lslots[i] = table_slot_create(rels[i], NULL);
+	}
+	for (s = 0; s < nseeds; s++)
+	{
+		ItemPointerData tid = seeds[s];
+		Datum		values[INDEX_MAX_KEYS];
+		bool		nulls[INDEX_MAX_KEYS];
+		bool		anynull = false;
+		LfUnit	   *u;
+		int			k;
+
+		CHECK_FOR_INTERRUPTS();
+		if (hash_search(seen, &tid, HASH_FIND, NULL) != NULL)
+			continue;
+		if (!ItemPointerIsValid(&tid) ||
+			ItemPointerGetBlockNumber(&tid) >= RelationGetNumberOfBlocks(rels[from]) ||
+			!table_tuple_fetch_row_version(rels[from], &tid, snap, slots[from]))
+			continue;
+		for (k = 0; k < m->nkeys; k++)
+		{
+			values[k] = slot_getattr(slots[from], m->keys[from][k], &nulls[k]);
+			anynull |= nulls[k];
+		}
+		u = palloc0(sizeof(LfUnit));
+		if (anynull && m->kind == LF_MAP_JOIN)
+		{
+			/* a NULL join key matches nothing: the row is a unit of its own */
+			u->n[from] = 1;
+			u->tids[from] = palloc(sizeof(ItemPointerData));
+			u->tids[from][0] = tid;
+		}
+		else
+		{
+			for (i = 0; i < m->ninputs; i++)
+			{
+				List	   *found = NIL;
+
+				lookup_rows(rels[i], &up->lookup[i][from], m->nkeys, values, nulls, snap,
+							lslots[i], &found);
+				u->n[i] = tid_list_to_array(found, &u->tids[i]);
+				list_free_deep(found);
+			}
+			/* a unit found without the row it was looked up from would be partial */
+			if (bsearch(&tid, u->tids[from], u->n[from], sizeof(ItemPointerData), tid_cmp) == NULL)
+				elog(ERROR, "leapfrog: the unit of row (%u,%u) of %s does not contain it (index %u)",
+					 ItemPointerGetBlockNumber(&tid), ItemPointerGetOffsetNumber(&tid),
+					 RelationGetRelationName(rels[from]), up->lookup[from][from].index);
+		}
+		for (int j = 0; j < u->n[from]; j++)
+			(void) hash_search(seen, &u->tids[from][j], HASH_ENTER, NULL);
+		units = lappend(units, u);
+	}
+	for (i = 0; i < m->ninputs; i++)
+	{
+		ExecDropSingleTupleTableSlot(slots[i]);
+		ExecDropSingleTupleTableSlot(lslots[i]);
+		table_close(rels[i], NoLock);
+	}
+	hash_destroy(seen);
+	return units;
+}
