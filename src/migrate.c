@@ -1298,6 +1298,26 @@ prepare_statement(QueryDesc *qd, List *items)
 	if (!lf_cache_valid)
 		lf_cache_load();
 
+	/*
+	 * A join's relevance plans read its other input too, which the executor
+	 * opens without a lock (it expects the plan's relations locked): lock
+	 * every input of the items' migrations, or a completion could drop one
+	 * under the plan ("relation deleted while still in use").  A completion
+	 * marks the migration done and drops the inputs in one transaction: an
+	 * input gone means the cache, current again, no longer lists it.
+	 */
+	foreach(lc, items)
+	{
+		LfMigration *mig = lf_migration_by_input(lf_item_input(lfirst(lc)));
+		ListCell   *li;
+
+		if (mig && list_length(mig->inputs) > 1)
+			foreach(li, mig->inputs)
+				(void) lf_lock_input_if_exists(lfirst_oid(li), AccessShareLock);
+	}
+	if (!lf_cache_valid)
+		lf_cache_load();
+
 	/* What state of each migration the statement's snapshot sees */
 	foreach(lc, items)
 	{
