@@ -237,6 +237,24 @@ make_select(Query *q, Var *ctid)
 	q->targetList = list_make1(makeTargetEntry((Expr *) ctid, 1, pstrdup("lf_ctid"), false));
 }
 
+/* What EXPLAIN adds for the rows of a group or join mapping: their units. */
+static const char *
+unit_desc(Oid input)
+{
+	LfMigration *mig = lf_migration_by_input(input);
+	ListCell   *lc;
+
+	if (mig)
+		foreach(lc, mig->mappings)
+		{
+			LfMapping  *m = lfirst(lc);
+
+			if (m->kind != LF_MAP_ROWS && lf_unit_input_index(m, input) >= 0)
+				return m->kind == LF_MAP_GROUPS ? ", whole groups" : ", whole join keys";
+		}
+	return "";
+}
+
 static void
 add_item(RelCtx *cx, Query *q, Oid input, const char *target, const char *how,
 		 LfItemKind kind)
@@ -248,7 +266,8 @@ add_item(RelCtx *cx, Query *q, Oid input, const char *target, const char *how,
 	cx->inputs = lappend_oid(cx->inputs, input);
 	cx->kinds = lappend_int(cx->kinds, kind);
 	cx->descs = lappend(cx->descs,
-						psprintf("%s from %s (%s)", target, lf_relation_name(input), how));
+						psprintf("%s from %s (%s%s)", target, lf_relation_name(input), how,
+								 unit_desc(input)));
 }
 
 /* SELECT lf_ctid FROM <mapping> [WHERE quals over rtindex 1] */
