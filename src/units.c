@@ -385,10 +385,9 @@ unit_plan(LfMapping *m)
 
 /* The rows of input i whose key equals the given values, visible to snap. */
 static void
-lookup_rows(Relation rel, KeyLookup *kl, int nkeys, Datum *values, bool *nulls,
+lookup_rows(Relation rel, Relation idx, KeyLookup *kl, int nkeys, Datum *values, bool *nulls,
 			Snapshot snap, TupleTableSlot *slot, List **tids)
 {
-	Relation	idx = index_open(kl->index, AccessShareLock);
 	ScanKeyData sk[INDEX_MAX_KEYS];
 	IndexScanDesc scan;
 	int			k;
@@ -417,7 +416,6 @@ lookup_rows(Relation rel, KeyLookup *kl, int nkeys, Datum *values, bool *nulls,
 		*tids = lappend(*tids, tid);
 	}
 	index_endscan(scan);
-	index_close(idx, AccessShareLock);
 }
 
 static int
@@ -460,6 +458,8 @@ lf_units_of(LfMapping *m, int from, ItemPointer seeds, int nseeds, Snapshot snap
 {
 	UnitPlan   *up = unit_plan(m);
 	Relation	rels[2];
+	Relation	idxs[2];		/* the key's index in each input, for `from` */
+	BlockNumber nblocks;
 	TupleTableSlot *slots[2];	/* the seeds, read */
 	TupleTableSlot *lslots[2];	/* the unit's rows, looked up */
 	HTAB	   *seen;
@@ -476,7 +476,9 @@ lf_units_of(LfMapping *m, int from, ItemPointer seeds, int nseeds, Snapshot snap
 		rels[i] = table_open(m->inputs[i], AccessShareLock);
 		slots[i] = table_slot_create(rels[i], NULL);
 		lslots[i] = table_slot_create(rels[i], NULL);
+		idxs[i] = index_open(up->lookup[i][from].index, AccessShareLock);
 	}
+	nblocks = RelationGetNumberOfBlocks(rels[from]);
 	for (s = 0; s < nseeds; s++)
 	{
 		ItemPointerData tid = seeds[s];
@@ -490,7 +492,7 @@ lf_units_of(LfMapping *m, int from, ItemPointer seeds, int nseeds, Snapshot snap
 		if (hash_search(seen, &tid, HASH_FIND, NULL) != NULL)
 			continue;
 		if (!ItemPointerIsValid(&tid) ||
-			ItemPointerGetBlockNumber(&tid) >= RelationGetNumberOfBlocks(rels[from]) ||
+			ItemPointerGetBlockNumber(&tid) >= nblocks ||
 			!table_tuple_fetch_row_version(rels[from], &tid, snap, slots[from]))
 			continue;
 		for (k = 0; k < m->nkeys; k++)
@@ -512,8 +514,8 @@ lf_units_of(LfMapping *m, int from, ItemPointer seeds, int nseeds, Snapshot snap
 			{
 				List	   *found = NIL;
 
-				lookup_rows(rels[i], &up->lookup[i][from], m->nkeys, values, nulls, snap,
-							lslots[i], &found);
+				lookup_rows(rels[i], idxs[i], &up->lookup[i][from], m->nkeys, values, nulls,
+							snap, lslots[i], &found);
 				u->n[i] = tid_list_to_array(found, &u->tids[i]);
 				list_free_deep(found);
 			}
@@ -531,6 +533,7 @@ lf_units_of(LfMapping *m, int from, ItemPointer seeds, int nseeds, Snapshot snap
 	{
 		ExecDropSingleTupleTableSlot(slots[i]);
 		ExecDropSingleTupleTableSlot(lslots[i]);
+		index_close(idxs[i], AccessShareLock);
 		table_close(rels[i], NoLock);
 	}
 	hash_destroy(seen);
