@@ -7,7 +7,11 @@
  * migration steps" below), in the caller's transaction: delete them from the
  * retired table, INSERT their images into every target, log the count.  So
  * the "migrating" bit is the row lock of the delete, and the "migrated" bit
- * is the deletion, made durable by the same commit as the new rows.
+ * is the deletion, made durable by the same commit as the new rows.  A
+ * group or join mapping migrates whole units instead of rows (units.c):
+ * every row of every input sharing a key, claimed in one global order so
+ * that the first row of a unit decides who migrates it ("Steps of group
+ * and join mappings" below).
  *
  * Locking rules.
  *	- A statement's migration step locks every retired input it may read
@@ -410,8 +414,6 @@ typedef struct StepPlan
 	StepKey		key;
 	List	   *inserts;		/* PlannedStmt per mapping, in TopMemoryContext */
 	List	   *unfiltered;		/* per mapping: true if it copies every row */
-	int			unit_mapping;	/* a group or join mapping's id: the step claims
-								 * its units (units.c); 0: rows */
 	bool		ready;
 } StepPlan;
 
@@ -487,35 +489,29 @@ step_plan(LfMigration *mig, Oid input)
 	List	   *inserts = NIL;
 	List	   *unfiltered = NIL;
 	MemoryContext old;
+	LfMapping  *um;
 
 	sp = plan_cache_entry(&step_plans, "leapfrog migration steps", sizeof(StepKey),
 						  sizeof(StepPlan), &key, &found);
 	if (found && sp->ready)
 		return sp;
 	sp->ready = false;
-	sp->unit_mapping = 0;
 
-	/* a group or join mapping: its units */
+	/* a group or join mapping: INSERT INTO target SELECT <its units> */
+	if ((um = unit_mapping(mig, input)) != NULL)
 	{
-		LfMapping  *m = unit_mapping(mig, input);
+		Relation	rel = table_open(um->target, AccessShareLock);
+		Query	   *ins = insert_select(rel, relation_rte(rel, ACL_INSERT, mig->owner),
+										unit_step_query(um), "lf_source");
+		PlannedStmt *ps;
 
-		if (m)
-		{
-			Relation	rel = table_open(m->target, AccessShareLock);
-			Query	   *ins = insert_select(rel, relation_rte(rel, ACL_INSERT, mig->owner),
-											unit_step_query(m), "lf_source");
-
-			PlannedStmt *ps;
-
-			ins->canSetTag = true;
-			table_close(rel, AccessShareLock);
-			ps = plan_in_top_context(ins, "leapfrog migrate");
-			old = MemoryContextSwitchTo(TopMemoryContext);
-			inserts = list_make1(ps);
-			unfiltered = list_make1_int(false);
-			MemoryContextSwitchTo(old);
-			sp->unit_mapping = m->id;
-		}
+		ins->canSetTag = true;
+		table_close(rel, AccessShareLock);
+		ps = plan_in_top_context(ins, "leapfrog migrate");
+		old = MemoryContextSwitchTo(TopMemoryContext);
+		inserts = list_make1(ps);
+		unfiltered = list_make1_int(false);
+		MemoryContextSwitchTo(old);
 	}
 
 	/* INSERT INTO target SELECT <mapping> FROM retired WHERE ... AND ctid = ANY ($1) */
