@@ -413,7 +413,8 @@ typedef struct StepPlan
 {
 	StepKey		key;
 	List	   *inserts;		/* PlannedStmt per mapping, in TopMemoryContext */
-	List	   *unfiltered;		/* per mapping: true if it copies every row */
+	List	   *unfiltered;		/* per mapping: the $n whose rows it copies one
+								 * for one (a mapping without a filter), or 0 */
 	bool		ready;
 } StepPlan;
 
@@ -510,11 +511,16 @@ step_plan(LfMigration *mig, Oid input)
 		ps = plan_in_top_context(ins, "leapfrog migrate");
 		old = MemoryContextSwitchTo(TopMemoryContext);
 		inserts = list_make1(ps);
-		unfiltered = list_make1_int(false);
+		unfiltered = list_make1_int(0);
 		MemoryContextSwitchTo(old);
 	}
 
-	/* INSERT INTO target SELECT <mapping> FROM retired WHERE ... AND ctid = ANY ($1) */
+	/*
+	 * INSERT INTO target SELECT <mapping> FROM retired WHERE ... AND ctid =
+	 * ANY ($n): the row mappings of input ($1), or those that read an input
+	 * of the group or join mapping, whose rows migrate with its units ($n for
+	 * its input n - 1: the copy of a table that stays live, start.c).
+	 */
 	foreach(lc, mig->mappings)
 	{
 		LfMapping  *m = lfirst(lc);
@@ -524,11 +530,18 @@ step_plan(LfMigration *mig, Oid input)
 		Query	   *ins;
 		PlannedStmt *ps;
 		Node	   *filtered;
+		int			paramid = 1;
 
-		if (m->input != input || m->kind != LF_MAP_ROWS)
+		if (m->kind != LF_MAP_ROWS)
+			continue;
+		if (um)
+			paramid = lf_unit_input_index(um, m->input) + 1;
+		else if (m->input != input)
+			continue;
+		if (paramid < 1)
 			continue;
 		sub = copyObject(m->query);
-		if (list_length(sub->rtable) != 1 || rt_fetch(1, sub->rtable)->relid != input)
+		if (list_length(sub->rtable) != 1 || rt_fetch(1, sub->rtable)->relid != m->input)
 			elog(ERROR, "leapfrog: unexpected mapping %d", m->id);
 		/* the retired table is reachable by the extension's owner only */
 		irte = rt_fetch(1, sub->rtable);
@@ -536,7 +549,7 @@ step_plan(LfMigration *mig, Oid input)
 		irte->selectedCols = bms_add_member(irte->selectedCols,
 											SelfItemPointerAttributeNumber - FirstLowInvalidHeapAttributeNumber);
 		filtered = sub->jointree->quals;
-		sub->jointree->quals = make_and_qual(filtered, (Node *) ctid_any_param(1, 1));
+		sub->jointree->quals = make_and_qual(filtered, (Node *) ctid_any_param(1, paramid));
 		rel = table_open(m->target, AccessShareLock);
 		ins = insert_select(rel, relation_rte(rel, ACL_INSERT, mig->owner), sub, "lf_source");
 		ins->canSetTag = true;
@@ -544,7 +557,7 @@ step_plan(LfMigration *mig, Oid input)
 		ps = plan_in_top_context(ins, "leapfrog migrate");
 		old = MemoryContextSwitchTo(TopMemoryContext);
 		inserts = lappend(inserts, ps);
-		unfiltered = lappend_int(unfiltered, filtered == NULL);
+		unfiltered = lappend_int(unfiltered, filtered == NULL ? paramid : 0);
 		MemoryContextSwitchTo(old);
 	}
 	sp->inserts = inserts;
@@ -683,8 +696,10 @@ claim_tids(Relation rel, Snapshot snap, ItemPointer tids, int ntids, ItemPointer
  * caller has set the error context.
  */
 static void
-copy_claimed(LfMigration *mig, StepPlan *sp, Snapshot snap, ParamListInfo params, int n)
+copy_claimed(LfMigration *mig, StepPlan *sp, Snapshot snap, ParamListInfo params,
+			 const int *counts)
 {
+	int			n = 0;
 	LfSavedUser saved = lf_become(mig->owner, SECURITY_RESTRICTED_OPERATION);
 	ListCell   *lc,
 			   *lu;
@@ -697,10 +712,12 @@ copy_claimed(LfMigration *mig, StepPlan *sp, Snapshot snap, ParamListInfo params
 		copied = run_plan(lfirst(lc), "leapfrog migrate", snap, params, None_Receiver);
 
 		/* a mapping without a filter copies every claimed row, or none is lost */
-		if (lfirst_int(lu) && copied != (uint64) n)
+		if (lfirst_int(lu) && copied != (uint64) counts[lfirst_int(lu) - 1])
 			elog(ERROR, "leapfrog: a migration step copied %llu of its %d claimed rows",
-				 (unsigned long long) copied, n);
+				 (unsigned long long) copied, counts[lfirst_int(lu) - 1]);
 	}
+	for (int i = 0; i < params->numParams; i++)
+		n += counts[i];
 	lf_unbecome(saved);
 	CommandCounterIncrement();
 	lf_progress_add(mig->id, n);
@@ -744,7 +761,7 @@ copy_units(LfMigration *mig, LfMapping *m, StepPlan *sp, Snapshot snap, LfUnit *
 		total += claimed->n[i];
 	}
 	if (total > 0)
-		copy_claimed(mig, sp, snap, params, total);
+		copy_claimed(mig, sp, snap, params, claimed->n);
 }
 
 /*
@@ -962,7 +979,7 @@ lf_migrate_range(LfMigration *mig, Oid input, BlockNumber lo, BlockNumber hi, Lf
 	claim->n = mc.n;
 
 	push_context(&errcb, &mc);
-	copy_claimed(mig, sp, snap, one_param(tid_array(mc.tids, mc.n), TIDARRAYOID), mc.n);
+	copy_claimed(mig, sp, snap, one_param(tid_array(mc.tids, mc.n), TIDARRAYOID), &mc.n);
 	pop_context(&errcb);
 	UnregisterSnapshot(snap);
 	return mc.n;
@@ -1005,7 +1022,7 @@ lf_migrate_rows(LfMigration *mig, Oid input, ItemPointer tids, int ntids)
 	{
 		mc.tids = claimed;
 		mc.n = n;
-		copy_claimed(mig, sp, snap, one_param(tid_array(claimed, n), TIDARRAYOID), n);
+		copy_claimed(mig, sp, snap, one_param(tid_array(claimed, n), TIDARRAYOID), &n);
 	}
 	UnregisterSnapshot(snap);
 	pfree(claimed);

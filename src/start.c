@@ -69,6 +69,7 @@ typedef struct PendingMapping
 	int			ninputs;
 	Oid			inputs[2];		/* every table it reads */
 	char	   *query;			/* nodeToString of the mapping Query */
+	RawStmt    *rs;				/* its statement */
 } PendingMapping;
 
 /* Does the mapping read relid? */
@@ -549,9 +550,10 @@ reads_a_table(Query *ins)
 }
 
 /*
- * An input row migrates once, for every mapping that reads it (migrate.c):
- * a table read by a group or join mapping, whose unit is a key, may not be
- * read by another mapping, whose unit would differ.
+ * An input row migrates once, for every mapping that reads it (migrate.c),
+ * with its unit (units.c): row mappings may share an input with one group
+ * or join mapping (their rows then move with its groups or join keys), but
+ * two group or join mappings may not share one: their units would differ.
  */
 static void
 check_shared_inputs(StartState *st, PendingMapping *pm)
@@ -564,10 +566,10 @@ check_shared_inputs(StartState *st, PendingMapping *pm)
 
 		for (int i = 0; i < pm->ninputs; i++)
 			if (pm_reads(other, pm->inputs[i]) &&
-				(pm->kind != LF_MAP_ROWS || other->kind != LF_MAP_ROWS))
-				refuse(errmsg("table \"%s\" is read by a GROUP BY or join mapping and by another mapping",
+				pm->kind != LF_MAP_ROWS && other->kind != LF_MAP_ROWS)
+				refuse(errmsg("table \"%s\" is read by two GROUP BY or join mappings",
 							  get_rel_name(pm->inputs[i])),
-					   errdetail("Leapfrog migrates each input row once, for every mapping that reads it, and the rows of a group or join key together."),
+					   errdetail("Leapfrog migrates each input row once, for every mapping that reads it, with the rows of its group or join key."),
 					   errhint("Fill one of the new tables in a later migration."));
 	}
 }
@@ -596,6 +598,7 @@ add_mapping(StartState *st, RawStmt *rs)
 	pm->kind = m.kind;
 	pm->ninputs = m.ninputs;
 	memcpy(pm->inputs, m.inputs, sizeof(m.inputs));
+	pm->rs = rs;
 	for (int i = 0; i < pm->ninputs; i++)
 		if (replacement_of(st, pm->inputs[i]))
 			refuse(errmsg("mapping input \"%s\" is replaced lazily by the same script",
@@ -1193,6 +1196,37 @@ is_side_catalog_change(Node *stmt)
 	}
 }
 
+/*
+ * A mapping input that the script does not drop stays live: the
+ * application keeps reading and writing it, and the mapping must read it
+ * as it was at start().  It is replaced lazily (replace.c), as an ALTER
+ * TABLE that reads it would replace it: the table as it was is retired,
+ * frozen, for the mappings to read; an empty copy takes its name, and its
+ * rows move into the copy through an identity mapping, row by row, or with
+ * the groups or join keys of the group or join mapping that reads it
+ * (migrate.c).  A statement that writes one of its rows first migrates the
+ * row's unit, so no write reaches a row before the mappings have read it,
+ * and rows written after start() are in the copy, where the mappings never
+ * read.  The retirement takes its AccessExclusiveLock with the switch's
+ * lock_timeout and retries: writes in flight at start() are fenced.
+ */
+static void
+keep_live_inputs(StartState *st)
+{
+	ListCell   *lc;
+
+	foreach(lc, st->mappings)
+	{
+		PendingMapping *pm = lfirst(lc);
+
+		for (int i = 0; i < pm->ninputs; i++)
+			if (!list_member_oid(st->retired, pm->inputs[i]))
+				(void) replace_table(st, pm->rs, pm->inputs[i],
+									 "A mapping reads it and the script does not drop it: it stays live, and its rows move into a copy "
+									 "after the mapping has read them as they were at start()");
+	}
+}
+
 /* Run the script's statements in order: DDL, mappings, retirements. */
 static void
 run_script(StartState *st)
@@ -1244,6 +1278,7 @@ run_script(StartState *st)
 				break;			/* the rest was refused before the attempt */
 		}
 	}
+	keep_live_inputs(st);
 	foreach(lc, st->replacements)
 		add_replacement_mapping(st, lfirst(lc));
 }

@@ -123,8 +123,9 @@ SELECT leapfrog.start('er_16', $$CREATE TABLE dst (id int PRIMARY KEY, v text NO
 INSERT INTO dst SELECT id, v FROM src WHERE random() < 0.5;
 DROP TABLE src;$$);
 SELECT * FROM unchanged(:src_oid, :other_oid);
--- 0A000: input not dropped
-SELECT leapfrog.start('er_17', $$CREATE TABLE dst (id int PRIMARY KEY, v text NOT NULL);
+-- 0A000: input not dropped (it stays live, replaced lazily), used by a view
+SELECT leapfrog.start('er_17', $$CREATE VIEW src_view AS SELECT * FROM src;
+CREATE TABLE dst (id int PRIMARY KEY, v text NOT NULL);
 INSERT INTO dst SELECT id, v FROM src;$$);
 SELECT * FROM unchanged(:src_oid, :other_oid);
 -- 0A000: INSERT ... VALUES into a mapping's target after the mapping

@@ -179,7 +179,9 @@ $$);
 SELECT leapfrog.start('bad', $$
   CREATE TABLE d (a int, b int);
   INSERT INTO d SELECT a.v, b.v FROM a JOIN b ON a.id = b.id;
-  DROP TABLE a;
+  CREATE TABLE e (k int, n bigint);
+  INSERT INTO e SELECT k, count(*) FROM a GROUP BY k;
+  DROP TABLE a; DROP TABLE b;
 $$);
 SELECT leapfrog.start('bad', $$
   CREATE TABLE d (a int, s bigint);
