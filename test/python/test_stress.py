@@ -512,3 +512,911 @@ def test_parallel_workers_share_the_migration(make_cluster):
     assert (n, d, bad) == (rows, rows, 0)
     assert sv == rows * (rows + 1) // 2 + bumps
     assert retired_tables_after_completion(c, "app") == []
+
+
+# ---------------------------------------------------------------------------
+# GROUP BY and join mappings under concurrent clients.
+#
+# The unit that migrates is a group (GROUP BY k) or a join key (every row of
+# both inputs sharing it), claimed whole.  Clients at READ COMMITTED and
+# REPEATABLE READ read, update, upsert and delete on the new table while the
+# background workers (small batches) or leapfrog.complete() migrate the rest.
+# Every output row carries a version column `ver` (0 from the mapping) that
+# each update increments, so a client knows which version its committed
+# delta made; a version committed twice is a lost update.  Each committed
+# transaction is logged with what it saw and did and three times: before
+# BEGIN (t_begin), before COMMIT was sent (t_sent) and after it returned
+# (t_ack).  A read must then see, for every unit it touches:
+#   - exactly the eager value plus the deltas of versions 1..ver, all of them
+#     committed by transactions whose COMMIT was sent before the read ended;
+#   - no version older than one acknowledged before the read began (a stale
+#     or re-migrated unit), no row deleted before it began, and every row
+#     that existed for sure (created before it began, not deleted before it
+#     ended);
+#   - a unit whole: at most one row per group, and for a join key, every row
+#     of a line id or none, and one version on all the rows of a key.
+# At the end the table must equal the eager result (computed from copies of
+# the inputs saved before start()) with the committed changes applied, and
+# tuples_migrated = tuples_total = the input rows.
+# Duration per test: LEAPFROG_STRESS_UNIT_SECONDS (default 9).
+# ---------------------------------------------------------------------------
+
+UNIT_SECONDS = float(os.environ.get("LEAPFROG_STRESS_UNIT_SECONDS", "9"))
+UNIT_CLIENTS = 8
+
+UNIT_MODES = {
+    # A background batch is a block range and migrates the units whose first
+    # row is in it (all their rows, wherever they are).  The inputs whose
+    # rows come first in a unit have a filler column, so that a block holds
+    # about 30 rows: with batch_size 40, a batch is one block, a few dozen
+    # units; with a pause between batches, the workers are still at it for
+    # most of the run.
+    "background": {"leapfrog.background": "on", "leapfrog.background_delay": 300,
+                   "leapfrog.background_workers": 2, "leapfrog.batch_size": 40,
+                   "leapfrog.background_naptime": 80},
+    # statements only, then leapfrog.complete() while the clients run
+    "complete": {"leapfrog.background": "off"},
+}
+
+
+def unit_key(rng, begin, deadline, space):
+    """A key in 1..space: 55% of them in a window of 400 keys that sweeps the
+    key space during the run (so that several clients need the same groups
+    not migrated yet, and the background workers race with them), 10% in a
+    hot set of 100 keys (updates, deletes and upserts of the same groups),
+    the rest anywhere (so that the migration is still running late in the
+    run, rather than done by the clients in its first seconds)."""
+    r = rng.random()
+    if r < 0.55:
+        frac = min(1.0, max(0.0, (time.monotonic() - begin) / (deadline - begin)))
+        lo = int(frac * (space - 400))
+        return rng.randint(lo + 1, lo + 400)
+    if r < 0.65:
+        return rng.randint(1, 100)
+    return rng.randint(1, space)
+
+
+class Txn:
+    """What one attempt of a transaction saw (obs) and did (effects)."""
+
+    def __init__(self, iso):
+        self.iso = iso
+        self.t_begin = time.monotonic()
+        self.obs = []
+        self.effects = []
+
+
+class TxnClient(threading.Thread):
+    """A client thread: picks an operation (self.pick() -> (kind, plan)), runs
+    plan(conn, txn) in a transaction at READ COMMITTED or REPEATABLE READ
+    (always REPEATABLE READ for kind 'rmw'), retries 40001 and 40P01, and
+    logs each committed transaction as
+    (kind, iso, t_begin, t_sent, t_ack, obs, effects).  Any other error, or
+    an AssertionError raised by a plan's immediate checks, is an error."""
+
+    def __init__(self, cluster, cid, deadline, prefix):
+        super().__init__(daemon=True, name="%s-client-%d" % (prefix, cid))
+        self.cluster = cluster
+        self.cid = cid
+        self.deadline = deadline
+        self.prefix = prefix
+        self.rng = random.Random(4242 + cid)
+        self.begin = time.monotonic()
+        self.log = []
+        self.commits = {}
+        self.retries = {"40001": 0, "40P01": 0}
+        self.gave_up = 0
+        self.errors = []
+
+    def run(self):
+        try:
+            conn = self.cluster.connect("app", application_name="lf-%s-%d"
+                                        % (self.prefix, self.cid))
+            conn.execute("SET statement_timeout = '60s'")
+        except psycopg.Error as e:
+            self.errors.append(("connect", repr(e)))
+            return
+        try:
+            while time.monotonic() < self.deadline and len(self.errors) <= 20:
+                self._one(conn)
+        except Exception as e:        # noqa: BLE001  (reported by the test)
+            self.errors.append(("client", repr(e)))
+        finally:
+            conn.close()
+
+    def _one(self, conn):
+        kind, plan = self.pick()
+        iso = self.rng.choice(["READ COMMITTED", "REPEATABLE READ"])
+        if kind == "rmw":
+            iso = "REPEATABLE READ"
+        for _ in range(100):
+            txn = Txn(iso)
+            try:
+                conn.execute("BEGIN ISOLATION LEVEL " + iso)
+                plan(conn, txn)
+                t_sent = time.monotonic()
+                conn.execute("COMMIT")
+                t_ack = time.monotonic()
+            except psycopg.Error as e:
+                try:
+                    conn.execute("ROLLBACK")
+                except psycopg.Error:
+                    pass
+                if e.sqlstate in RETRYABLE:
+                    self.retries[e.sqlstate] += 1
+                    time.sleep(0.001 * self.rng.randint(0, 5))
+                    continue
+                self.errors.append((kind, iso, e.sqlstate, str(e).strip()[:800]))
+                if conn.broken:
+                    raise
+                return
+            except AssertionError as e:
+                try:
+                    conn.execute("ROLLBACK")
+                except psycopg.Error:
+                    pass
+                self.errors.append((kind, iso, "assert", str(e)))
+                return
+            self.commits[kind] = self.commits.get(kind, 0) + 1
+            self.log.append((kind, iso, txn.t_begin, t_sent, t_ack, txn.obs, txn.effects))
+            return
+        self.gave_up += 1
+
+
+class UnitChecker(threading.Thread):
+    """Reads, at either isolation level, a range of the new table (before
+    full_at) or all of it (from full_at on; a full read migrates every
+    remaining unit), checking that no unit appears twice in one snapshot:
+    check(conn, rng, full) returns None or a complaint."""
+
+    def __init__(self, cluster, full_at, deadline, check, prefix):
+        super().__init__(daemon=True, name=prefix + "-checker")
+        self.cluster = cluster
+        self.full_at = full_at
+        self.deadline = deadline
+        self.check = check
+        self.rng = random.Random(99)
+        self.checks = {"range": 0, "full": 0}
+        self.retries = 0
+        self.errors = []
+
+    def run(self):
+        with self.cluster.connect("app", application_name=self.name) as conn:
+            conn.execute("SET statement_timeout = '60s'")
+            while time.monotonic() < self.deadline and len(self.errors) <= 10:
+                full = time.monotonic() >= self.full_at and self.rng.random() < 0.3
+                iso = self.rng.choice(["READ COMMITTED", "REPEATABLE READ"])
+                try:
+                    conn.execute("BEGIN ISOLATION LEVEL " + iso)
+                    bad = self.check(conn, self.rng, full)
+                    conn.execute("COMMIT")
+                except psycopg.Error as e:
+                    conn.execute("ROLLBACK")
+                    if e.sqlstate in RETRYABLE:
+                        self.retries += 1
+                        continue
+                    self.errors.append((iso, e.sqlstate, str(e).strip()[:800]))
+                    continue
+                self.checks["full" if full else "range"] += 1
+                if bad:
+                    self.errors.append("%s %s read: %s" % (iso, "full" if full else "range", bad))
+                time.sleep(0.2)
+
+
+def run_unit_stress(c, name, mode, clients, checker):
+    """Runs the client threads and the checker to their deadline; in mode
+    'complete', calls leapfrog.complete() at 60% of the run (retrying
+    40001/40P01) while they run; then waits for the migration.  Returns
+    (stats, the migration's (state, tuples_total, tuples_migrated, error))."""
+    begin = time.monotonic()
+    threads = clients + [checker]
+    for t in threads:
+        t.start()
+    completed = None
+    remaining = []
+    with c.connect("app") as conn:
+        conn.execute("SET statement_timeout = '120s'")
+        complete_at = begin + UNIT_SECONDS * 0.6
+        while time.monotonic() < clients[0].deadline:
+            now = time.monotonic()
+            if mode == "complete" and completed is None and now >= complete_at:
+                tries = 0
+                while True:
+                    tries += 1
+                    t0 = time.monotonic()
+                    try:
+                        conn.execute("SELECT leapfrog.complete(%s)", [name])
+                        completed = (round(t0 - begin, 1), round(time.monotonic() - t0, 2), tries)
+                        break
+                    except psycopg.Error as e:
+                        if e.sqlstate not in RETRYABLE or tries >= 20:
+                            raise
+                continue
+            if not MOCK:
+                remaining.append((round(now - begin, 1), conn.execute(
+                    "SELECT tuples_migrated FROM leapfrog.migrations WHERE name = %s",
+                    [name]).fetchone()[0]))
+            time.sleep(1)
+        for t in threads:
+            t.join(120)
+        assert not any(t.is_alive() for t in threads), "client threads hang"
+        done = conn.execute("SELECT leapfrog.wait(%s, 120)", [name]).fetchone()[0]
+        mig = conn.execute("SELECT state, tuples_total, tuples_migrated, error "
+                           "FROM leapfrog.migrations WHERE name = %s", [name]).fetchone()
+    stats = {
+        "commits": {k: sum(cl.commits.get(k, 0) for cl in clients)
+                    for k in sorted({k for cl in clients for k in cl.commits})},
+        "retries_40001": sum(cl.retries["40001"] for cl in clients),
+        "retries_40P01": sum(cl.retries["40P01"] for cl in clients),
+        "gave_up": sum(cl.gave_up for cl in clients),
+        "checker": dict(checker.checks, retries=checker.retries),
+        "migrated_over_time": remaining,
+        "complete(): at s, took s, tries": completed,
+    }
+    print("%s %s stress:" % (name, mode), stats)
+    errors = [e for cl in clients for e in cl.errors] + checker.errors
+    assert not errors, "client errors (first 10 of %d): %r" % (len(errors), errors[:10])
+    assert done, "migration not done 120s after the load: %r" % (mig,)
+    assert stats["gave_up"] == 0, stats
+    bad = [l for l in c.log_text().splitlines()
+           if re.search(r"PANIC|TRAP:|terminated by signal|terminated by exception", l)]
+    assert not bad, "server crashed:\n" + "\n".join(bad[:20])
+    return stats, mig
+
+
+def check_problems(problems, what):
+    assert not problems, "%s: %d problems, first 15:\n%s" % (
+        what, len(problems), "\n".join(str(p) for p in problems[:15]))
+
+
+class Versions:
+    """The committed versions of each unit: unit -> {ver: (delta, t_sent,
+    t_ack)}.  value(unit, ver) sums the deltas 1..ver, and flags a missing
+    version, or one whose COMMIT was sent after `before`."""
+
+    def __init__(self, problems):
+        self.v = {}
+        self.problems = problems
+
+    def add(self, unit, ver, delta, t_sent, t_ack):
+        vs = self.v.setdefault(unit, {})
+        if ver in vs:
+            self.problems.append("version %d of %r committed twice (a lost update): %r and %r"
+                                 % (ver, unit, vs[ver], (delta, t_sent, t_ack)))
+        vs[ver] = (delta, t_sent, t_ack)
+
+    def last(self, unit):
+        return max(self.v.get(unit, {0: None}))
+
+    def contiguous(self, unit):
+        vs = self.v.get(unit, {})
+        return sorted(vs) == list(range(1, len(vs) + 1))
+
+    def value(self, unit, ver, before, where):
+        vs = self.v.get(unit, {})
+        total = 0
+        for v in range(1, ver + 1):
+            if v not in vs:
+                self.problems.append("%s: %r at version %d, but version %d never committed"
+                                     % (where, unit, ver, v))
+                return None
+            if vs[v][1] > before:
+                self.problems.append("%s: %r at version %d, committed after the read ended"
+                                     % (where, unit, ver))
+            total += vs[v][0]
+        return total
+
+    def stale(self, unit, ver, after):
+        """A version newer than ver acknowledged before `after`."""
+        return [v for v, (_, _, ack) in self.v.get(unit, {}).items() if v > ver and ack < after]
+
+
+# --- GROUP BY: order lines into per-group totals ------------------------------
+
+AGG_LINES = 50_000
+AGG_KEYS = 10_000           # lines' keys 1..AGG_KEYS, about 5 lines a group
+AGG_NULL_LINES = 40         # one more group: k IS NULL
+AGG_KEY_SPACE = 10_500      # keys the clients use: past AGG_KEYS, new groups
+
+AGG_SCRIPT = """
+CREATE TABLE total (k int, n bigint NOT NULL, amount numeric(14,2) NOT NULL,
+                    top numeric(10,2), gen int NOT NULL, ver int NOT NULL);
+CREATE UNIQUE INDEX total_k ON total (k);
+INSERT INTO total SELECT k, count(*), sum(x), max(x), 0, 0 FROM lines GROUP BY k;
+DROP TABLE lines;
+"""
+
+
+class AggClient(TxnClient):
+    """Operations on `total` (k, n, amount, top, gen, ver).  A group's row is
+    an incarnation (k, gen): gen 0 comes from the migration, an upsert that
+    inserts makes a new one (gen unique to the client), a delete ends one.
+    obs: (keys the query selects, rows (k, gen, n, amount, ver) it got).
+    effects: ('delta', k, gen, ver, d), ('create', k, gen, amount),
+    ('delete', k, gen, ver, amount)."""
+
+    COLS = "k, gen, n, amount, ver"
+
+    def __init__(self, *a):
+        super().__init__(*a)
+        self.next_gen = 1_000_000 * (self.cid + 1)
+
+    def _key(self):
+        return unit_key(self.rng, self.begin, self.deadline, AGG_KEY_SPACE)
+
+    def pick(self):
+        rng, C = self.rng, self.COLS
+        r = rng.random()
+        if r < 0.22:
+            k = self._key()
+
+            def plan(conn, txn):
+                txn.obs.append(({k}, conn.execute(
+                    "SELECT %s FROM total WHERE k = %%s" % C, [k]).fetchall()))
+            return "read", plan
+        if r < 0.32:
+            lo = min(self._key(), AGG_KEY_SPACE - 9)
+            twice = rng.random() < 0.5
+            q = "SELECT %s FROM total WHERE k BETWEEN %%s AND %%s ORDER BY k" % C
+
+            def plan(conn, txn):
+                rows = conn.execute(q, [lo, lo + 9]).fetchall()
+                txn.obs.append((set(range(lo, lo + 10)), rows))
+                if twice:
+                    again = conn.execute(q, [lo, lo + 9]).fetchall()
+                    if txn.iso == "REPEATABLE READ":
+                        assert again == rows, ("range %d..%d read twice in one REPEATABLE READ "
+                                               "transaction: %r then %r" % (lo, lo + 9, rows, again))
+                    txn.obs.append((set(range(lo, lo + 10)), again))
+            return "range", plan
+        if r < 0.34:
+            def plan(conn, txn):
+                txn.obs.append(({None}, conn.execute(
+                    "SELECT %s FROM total WHERE k IS NULL" % C).fetchall()))
+            return "read_null", plan
+        if r < 0.62:
+            ks = sorted({self._key() for _ in range(rng.choice([1, 1, 1, 2, 3]))})
+            d = Decimal(rng.randint(-5000, 5000)) / 100
+            null = rng.random() < 0.03
+
+            def plan(conn, txn):
+                if null:
+                    rows = conn.execute("UPDATE total SET amount = amount + %%s, ver = ver + 1 "
+                                        "WHERE k IS NULL RETURNING %s" % C, [d]).fetchall()
+                    keys = {None}
+                else:
+                    rows = conn.execute("UPDATE total SET amount = amount + %%s, ver = ver + 1 "
+                                        "WHERE k = ANY(%%s) RETURNING %s" % C, [d, ks]).fetchall()
+                    keys = set(ks)
+                txn.obs.append((keys, rows))
+                for k, gen, _, _, ver in rows:
+                    txn.effects.append(("delta", k, gen, ver, d))
+            return "update", plan
+        if r < 0.70:
+            # read-modify-write at REPEATABLE READ: a concurrent update after
+            # the snapshot must make it fail (40001), never lose an update
+            k = self._key()
+            d = Decimal(rng.randint(1, 5000)) / 100
+
+            def plan(conn, txn):
+                rows = conn.execute("SELECT %s FROM total WHERE k = %%s" % C, [k]).fetchall()
+                txn.obs.append(({k}, rows))
+                if not rows:
+                    return
+                _, gen, _, amount, ver = rows[0]
+                rows = conn.execute("UPDATE total SET amount = %%s, ver = %%s WHERE k = %%s "
+                                    "RETURNING %s" % C, [amount + d, ver + 1, k]).fetchall()
+                assert len(rows) == 1 and rows[0][1] == gen, \
+                    "RR update of group %d read %r, updated %r" % (k, (gen, ver), rows)
+                txn.obs.append(({k}, rows))
+                txn.effects.append(("delta", k, gen, ver + 1, d))
+            return "rmw", plan
+        if r < 0.90:
+            k = self._key()
+            d = Decimal(rng.randint(1, 5000)) / 100
+            self.next_gen += 1
+            gen = self.next_gen
+
+            def plan(conn, txn):
+                rows = conn.execute(
+                    "INSERT INTO total AS t (k, n, amount, top, gen, ver) VALUES (%%s, 1, %%s, %%s, %%s, 0) "
+                    "ON CONFLICT (k) DO UPDATE SET amount = t.amount + excluded.amount, "
+                    "ver = t.ver + 1 RETURNING %s, (xmax = 0)" % C, [k, d, d, gen]).fetchall()
+                assert len(rows) == 1, "upsert of %d returned %r" % (k, rows)
+                k_, g, _, _, ver, inserted = rows[0]
+                txn.obs.append(({k}, [rows[0][:5]]))
+                if inserted:
+                    assert (g, ver) == (gen, 0), "upsert of %d inserted %r" % (k, rows)
+                    txn.effects.append(("create", k, gen, d))
+                else:
+                    txn.effects.append(("delta", k, g, ver, d))
+            return "upsert", plan
+        k = self._key()
+
+        def plan(conn, txn):
+            rows = conn.execute("DELETE FROM total WHERE k = %%s RETURNING %s" % C,
+                                [k]).fetchall()
+            txn.obs.append(({k}, rows))
+            for _, gen, _, amount, ver in rows:
+                txn.effects.append(("delete", k, gen, ver, amount))
+        return "delete", plan
+
+
+def agg_checker(conn, rng, full):
+    lo = rng.randint(1, AGG_KEY_SPACE - 50)
+    where = "" if full else " WHERE k BETWEEN %d AND %d" % (lo, lo + 49)
+    n, d, nulls = conn.execute("SELECT count(*), count(DISTINCT k), count(*) FILTER "
+                               "(WHERE k IS NULL) FROM total" + where).fetchone()
+    if n != d + nulls or nulls > 1:
+        return "%d rows, %d distinct keys, %d NULL keys%s" % (n, d, nulls, where)
+    return None
+
+
+def check_agg(eager, clients, final):
+    """eager: k -> (n, amount, top); final: rows (k, gen, n, amount, top, ver)."""
+    problems = []
+    versions = Versions(problems)
+    created = {(k, 0): (n, amount, top, -1.0, -1.0) for k, (n, amount, top) in eager.items()}
+    deleted = {}
+    log = [e for cl in clients for e in cl.log]
+    for kind, iso, t_begin, t_sent, t_ack, obs, effects in log:
+        for eff in effects:
+            if eff[0] == "delta":
+                _, k, gen, ver, d = eff
+                versions.add((k, gen), ver, d, t_sent, t_ack)
+            elif eff[0] == "create":
+                _, k, gen, d = eff
+                created[(k, gen)] = (1, d, d, t_sent, t_ack)
+            else:
+                _, k, gen, ver, amount = eff
+                if (k, gen) in deleted:
+                    problems.append("group %r deleted twice: %r, %r"
+                                    % ((k, gen), deleted[(k, gen)], (ver, amount, t_sent)))
+                deleted[(k, gen)] = (ver, amount, t_sent, t_ack)
+    by_key = {}
+    for (k, gen) in created:
+        by_key.setdefault(k, []).append(gen)
+
+    def row_ok(k, gen, n, amount, ver, before, where):
+        inc = created.get((k, gen))
+        if inc is None:
+            problems.append("%s: group %r of no committed creation" % (where, (k, gen)))
+            return
+        if inc[3] > before:
+            problems.append("%s: group %r created after the read" % (where, (k, gen)))
+        add = versions.value((k, gen), ver, before, where)
+        if add is not None and (n, amount) != (inc[0], inc[1] + add):
+            problems.append("%s: group %r version %d: (n, amount) = %r, want %r"
+                            % (where, (k, gen), ver, (n, amount), (inc[0], inc[1] + add)))
+
+    for kind, iso, t_begin, t_sent, t_ack, obs, effects in log:
+        for keys, rows in obs:
+            where = "%s %s read at %.3f-%.3f" % (kind, iso, t_begin, t_sent)
+            seen = {}
+            for k, gen, n, amount, ver in rows:
+                if k not in keys:
+                    problems.append("%s: group %r outside the keys read" % (where, k))
+                seen.setdefault(k, []).append((gen, ver))
+                row_ok(k, gen, n, amount, ver, t_sent, where)
+                if versions.stale((k, gen), ver, t_begin):
+                    problems.append("%s: group %r at version %d, but %r acknowledged before"
+                                    % (where, (k, gen), ver, versions.stale((k, gen), ver, t_begin)))
+                dl = deleted.get((k, gen))
+                if dl and dl[3] < t_begin:
+                    problems.append("%s: group %r, deleted before the read" % (where, (k, gen)))
+            for k, got in seen.items():
+                if len(got) > 1:
+                    problems.append("%s: group %r seen %d times: %r" % (where, k, len(got), got))
+            for k in keys:
+                if k in seen:
+                    continue
+                for gen in by_key.get(k, []):
+                    inc, dl = created[(k, gen)], deleted.get((k, gen))
+                    if inc[4] < t_begin and (dl is None or dl[2] > t_sent):
+                        problems.append("%s: group %r missing (created %.3f, deleted %r)"
+                                        % (where, (k, gen), inc[4], dl))
+    check_problems(problems, "reads of the aggregate")
+
+    want = {}
+    for (k, gen), (n, amount, top, _, _) in created.items():
+        last = versions.last((k, gen))
+        if not versions.contiguous((k, gen)):
+            problems.append("group %r: committed versions %r" % ((k, gen), sorted(versions.v[(k, gen)])))
+        value = amount + versions.value((k, gen), last, float("inf"), "final")
+        if (k, gen) in deleted:
+            ver, amt, _, _ = deleted[(k, gen)]
+            if (ver, amt) != (last, value):
+                problems.append("group %r deleted at %r, want %r" % ((k, gen), (ver, amt), (last, value)))
+            continue
+        if k in want:
+            problems.append("key %r: incarnations %r and %r both alive" % (k, want[k], gen))
+        want[k] = (k, gen, n, value, top, last)
+    got = {}
+    for row in final:
+        if row[0] in got:
+            problems.append("final: group %r twice: %r and %r" % (row[0], got[row[0]], row))
+        got[row[0]] = row
+    for k in sorted(set(want) | set(got), key=lambda k: (k is None, k or 0)):
+        if want.get(k) != got.get(k):
+            problems.append("final: group %r is %r, want %r" % (k, got.get(k), want.get(k)))
+    check_problems(problems, "final aggregate (eager + committed changes)")
+    return {"groups": len(want), "incarnations_created": len(created) - len(eager),
+            "deleted": len(deleted), "deltas": sum(len(v) for v in versions.v.values()),
+            "reads": sum(len(e[5]) for e in log)}
+
+
+@pytest.mark.parametrize("mode", sorted(UNIT_MODES))
+def test_stress_group_by(make_cluster, mode):
+    """A GROUP BY migration (50k lines into about 10k per-group totals and a
+    NULL group) under 8 clients reading groups and ranges, updating totals
+    (one to three groups a statement, and read-modify-write at REPEATABLE
+    READ), upserting and deleting groups, with the background workers or
+    complete(); see the section comment for the invariants."""
+    needs_real_extension()
+    c = make_cluster(**UNIT_MODES[mode])
+    c.create_database("app")
+    rng = random.Random(11)
+    with c.connect("app") as conn:
+        conn.execute("CREATE TABLE lines (id int PRIMARY KEY, k int, x numeric(10,2) NOT NULL, "
+                     "filler text)")
+        with conn.cursor().copy("COPY lines (id, k, x, filler) FROM STDIN") as cp:
+            for i in range(1, AGG_LINES + AGG_NULL_LINES + 1):
+                cp.write_row((i, rng.randint(1, AGG_KEYS) if i <= AGG_LINES else None,
+                              Decimal(rng.randint(1, 100000)) / 100, "x" * 200))
+        conn.execute("CREATE INDEX lines_k ON lines (k)")
+        conn.execute("CREATE TABLE lines_copy AS SELECT * FROM lines")
+        conn.execute("VACUUM ANALYZE lines")
+        t0 = time.monotonic()
+        conn.execute("SELECT leapfrog.start('agg', %s)", [AGG_SCRIPT])
+        print("start(): %.1f ms" % ((time.monotonic() - t0) * 1e3))
+        eager = {r[0]: tuple(r[1:]) for r in conn.execute(
+            "SELECT k, count(*), sum(x), max(x) FROM lines_copy GROUP BY k").fetchall()}
+    assert len(eager) > 9000 and None in eager
+
+    deadline = time.monotonic() + UNIT_SECONDS
+    clients = [AggClient(c, i, deadline, "agg") for i in range(UNIT_CLIENTS)]
+    checker = UnitChecker(c, time.monotonic() + UNIT_SECONDS * 0.75, deadline, agg_checker, "agg")
+    stats, mig = run_unit_stress(c, "agg", mode, clients, checker)
+    lines = AGG_LINES + AGG_NULL_LINES
+    assert mig == ("done", lines, lines, None), mig
+    with c.connect("app") as conn:
+        final = conn.execute("SELECT k, gen, n, amount, top, ver FROM total").fetchall()
+    summary = check_agg(eager, clients, final)
+    print("agg %s checked:" % mode, summary)
+    assert summary["deltas"] > 100 and summary["deleted"] > 5 and summary["reads"] > 200, summary
+    assert retired_tables_after_completion(c, "app") == []
+
+
+# --- join: stock LEFT JOIN order lines, fan-out on both sides -----------------
+
+JOIN_W, JOIN_I = 5, 1000    # stock keys (w, i): one stock row each, then
+JOIN_DUP_STOCK = 1000       # more stock rows on random keys (fan-out),
+JOIN_NULL_STOCK = 30        # and stock rows with a NULL in their key
+JOIN_LINES = 20_000         # lines on keys i in 1..1050 (past 1000: no stock),
+                            # 1% with a NULL si, 0.5% with a NULL sw
+
+JOIN_SCRIPT = """
+CREATE TABLE ls (sid int NOT NULL, w int, i int, qty int NOT NULL, id int, amount int,
+                 ver int NOT NULL);
+CREATE INDEX ls_id ON ls (id);
+CREATE INDEX ls_wi ON ls (w, i);
+CREATE INDEX ls_sid ON ls (sid);
+INSERT INTO ls SELECT s.sid, s.w, s.i, s.qty, l.id, l.amount, 0
+  FROM stock s LEFT JOIN line l ON l.sw = s.w AND l.si = s.i;
+DROP TABLE line;
+DROP TABLE stock;
+"""
+
+
+class JoinModel:
+    """The eager join: pairs (sid, id) -> (w, i, qty, amount); id is None for
+    a stock row without lines.  A unit of the stock updates is its key (w, i),
+    or ('sid', sid) for a stock row whose key holds a NULL (it is alone)."""
+
+    def __init__(self, rows):
+        self.pair = {}
+        self.by_id, self.by_key, self.by_sid = {}, {}, {}
+        for sid, w, i, qty, lid, amount in rows:
+            assert (sid, lid) not in self.pair, "eager join has (sid, id) %r twice" % ((sid, lid),)
+            self.pair[(sid, lid)] = (w, i, qty, amount)
+            self.by_sid.setdefault(sid, set()).add((sid, lid))
+            if lid is not None:
+                self.by_id.setdefault(lid, set()).add((sid, lid))
+            if w is not None and i is not None:
+                self.by_key.setdefault((w, i), set()).add((sid, lid))
+        self.keys = sorted(self.by_key)
+        self.null_sids = sorted(sid for (sid, _), (w, i, _, _) in self.pair.items()
+                                if w is None or i is None)
+
+    def unit(self, sid):
+        w, i = next(iter(self.pair[p] for p in self.by_sid[sid]))[:2]
+        return ("sid", sid) if w is None or i is None else (w, i)
+
+
+class JoinClient(TxnClient):
+    """Operations on `ls` (sid, w, i, qty, id, amount, ver): reads by line
+    id, id range, stock key and stock id; updates of the stock columns of a
+    whole key (UPDATE ls SET qty = qty - d ... WHERE w = .. AND i = ..), also
+    as read-modify-write at REPEATABLE READ; deletes of lines by id.
+    obs: (eager pairs the query selects, rows it got).  effects: ('delta',
+    unit, ver, d), ('delete', id, pairs deleted)."""
+
+    COLS = "sid, w, i, qty, id, amount, ver"
+
+    def __init__(self, cluster, cid, deadline, prefix, model):
+        super().__init__(cluster, cid, deadline, prefix)
+        self.m = model
+
+    def _key(self):
+        m = self.m
+        return m.keys[unit_key(self.rng, self.begin, self.deadline, len(m.keys)) - 1]
+
+    def _line(self):
+        """A line id, mostly on the keys of the window (as _key)."""
+        m, rng = self.m, self.rng
+        if rng.random() < 0.85:
+            ids = [lid for _, lid in m.by_key[self._key()] if lid is not None]
+            if ids:
+                return rng.choice(ids)
+        return rng.randint(1, JOIN_LINES)
+
+    def pick(self):
+        rng, m, C = self.rng, self.m, self.COLS
+        r = rng.random()
+        if r < 0.22:
+            lid = self._line()
+
+            def plan(conn, txn):
+                txn.obs.append((m.by_id.get(lid, set()), conn.execute(
+                    "SELECT %s FROM ls WHERE id = %%s" % C, [lid]).fetchall()))
+            return "read_id", plan
+        if r < 0.27:
+            lo = self._line()
+
+            def plan(conn, txn):
+                scope = set().union(*(m.by_id.get(x, set()) for x in range(lo, lo + 10)))
+                txn.obs.append((scope, conn.execute(
+                    "SELECT %s FROM ls WHERE id BETWEEN %%s AND %%s" % C, [lo, lo + 9]).fetchall()))
+            return "read_ids", plan
+        if r < 0.47:
+            w, i = self._key()
+            twice = rng.random() < 0.5
+            q = "SELECT %s FROM ls WHERE w = %%s AND i = %%s ORDER BY sid, id" % C
+
+            def plan(conn, txn):
+                rows = conn.execute(q, [w, i]).fetchall()
+                txn.obs.append((m.by_key[(w, i)], rows))
+                if twice:
+                    again = conn.execute(q, [w, i]).fetchall()
+                    if txn.iso == "REPEATABLE READ":
+                        assert again == rows, ("key %r read twice in one REPEATABLE READ "
+                                               "transaction: %r then %r" % ((w, i), rows, again))
+                    txn.obs.append((m.by_key[(w, i)], again))
+            return "read_key", plan
+        if r < 0.52:
+            sid = rng.choice(m.null_sids) if rng.random() < 0.3 else rng.choice(list(m.by_sid))
+
+            def plan(conn, txn):
+                txn.obs.append((m.by_sid[sid], conn.execute(
+                    "SELECT %s FROM ls WHERE sid = %%s" % C, [sid]).fetchall()))
+            return "read_sid", plan
+        if r < 0.80:
+            d = rng.randint(1, 3)
+            if rng.random() < 0.05:
+                sid = rng.choice(m.null_sids)
+                where, args, scope, unit = "sid = %s", [sid], m.by_sid[sid], ("sid", sid)
+            else:
+                w, i = self._key()
+                where, args, scope, unit = "w = %s AND i = %s", [w, i], m.by_key[(w, i)], (w, i)
+
+            def plan(conn, txn):
+                rows = conn.execute("UPDATE ls SET qty = qty - %%s, ver = ver + 1 WHERE %s "
+                                    "RETURNING %s" % (where, C), [d] + args).fetchall()
+                txn.obs.append((scope, rows))
+                vers = {r[6] for r in rows}
+                assert len(vers) <= 1, "update of %r: the rows got versions %r" % (unit, rows)
+                if rows:
+                    txn.effects.append(("delta", unit, vers.pop(), d))
+            return "update", plan
+        if r < 0.88:
+            w, i = self._key()
+            d = rng.randint(1, 3)
+
+            def plan(conn, txn):
+                rows = conn.execute("SELECT %s FROM ls WHERE w = %%s AND i = %%s" % C,
+                                    [w, i]).fetchall()
+                txn.obs.append((m.by_key[(w, i)], rows))
+                if not rows:
+                    return
+                ver = rows[0][6]
+                new = conn.execute(
+                    "UPDATE ls SET qty = qty - %%s, ver = %%s WHERE w = %%s AND i = %%s "
+                    "RETURNING %s" % C, [d, ver + 1, w, i]).fetchall()
+                assert sorted(r[:5:4] for r in new) == sorted(r[:5:4] for r in rows), \
+                    "RR update of key %r read %r, updated %r" % ((w, i), rows, new)
+                txn.obs.append((m.by_key[(w, i)], new))
+                txn.effects.append(("delta", (w, i), ver + 1, d))
+            return "rmw", plan
+        lid = self._line()
+
+        def plan(conn, txn):
+            rows = conn.execute("DELETE FROM ls WHERE id = %%s RETURNING %s" % C, [lid]).fetchall()
+            txn.obs.append((m.by_id.get(lid, set()), rows))
+            if rows:
+                txn.effects.append(("delete", lid, [(r[0], r[4]) for r in rows]))
+        return "delete", plan
+
+
+def join_checker(conn, rng, full):
+    lo = rng.randint(1, JOIN_LINES - 50)
+    where = "" if full else " WHERE id BETWEEN %d AND %d" % (lo, lo + 49)
+    n, d = conn.execute("SELECT count(*), count(DISTINCT (sid, coalesce(id, -1))) FROM ls"
+                        + where).fetchone()
+    return None if n == d else "%d rows, %d distinct (sid, id)%s" % (n, d, where)
+
+
+def check_join(m, clients, final):
+    """final: rows (sid, w, i, qty, id, amount, ver)."""
+    problems = []
+    versions = Versions(problems)
+    deleted = {}
+    log = [e for cl in clients for e in cl.log]
+    for kind, iso, t_begin, t_sent, t_ack, obs, effects in log:
+        for eff in effects:
+            if eff[0] == "delta":
+                versions.add(eff[1], eff[2], eff[3], t_sent, t_ack)
+            else:
+                _, lid, pairs = eff
+                if lid in deleted:
+                    problems.append("line %d deleted twice: %r and %r"
+                                    % (lid, deleted[lid], (pairs, t_sent)))
+                if sorted(pairs) != sorted(m.by_id.get(lid, ())):
+                    problems.append("delete of line %d removed %r, want %r"
+                                    % (lid, sorted(pairs), sorted(m.by_id.get(lid, ()))))
+                deleted[lid] = (pairs, t_sent, t_ack)
+
+    for kind, iso, t_begin, t_sent, t_ack, obs, effects in log:
+        for scope, rows in obs:
+            where = "%s %s read at %.3f-%.3f" % (kind, iso, t_begin, t_sent)
+            got, unit_vers = {}, {}
+            for sid, w, i, qty, lid, amount, ver in rows:
+                p = (sid, lid)
+                if p not in scope:
+                    problems.append("%s: row %r outside the rows the query selects"
+                                    % (where, (sid, w, i, qty, lid, amount, ver)))
+                    continue
+                if p in got:
+                    problems.append("%s: (sid, id) %r twice" % (where, p))
+                got[p] = ver
+                unit = m.unit(sid)
+                unit_vers.setdefault(unit, set()).add(ver)
+                w0, i0, qty0, amount0 = m.pair[p]
+                add = versions.value(unit, ver, t_sent, where)
+                if add is not None and (w, i, qty, amount) != (w0, i0, qty0 - add, amount0):
+                    problems.append("%s: row %r at version %d, want %r" % (
+                        where, (sid, w, i, qty, lid, amount), ver, (w0, i0, qty0 - add, amount0)))
+                if versions.stale(unit, ver, t_begin):
+                    problems.append("%s: row %r of %r at version %d, but %r acknowledged before"
+                                    % (where, p, unit, ver, versions.stale(unit, ver, t_begin)))
+            for unit, vs in unit_vers.items():
+                if len(vs) > 1:
+                    problems.append("%s: the rows of %r at versions %r" % (where, unit, sorted(vs)))
+            lines = {}
+            for p in scope:
+                lines.setdefault(p[1], []).append(p)
+            for lid, ps in lines.items():
+                present = [p for p in ps if p in got]
+                if lid is None:
+                    if len(present) != len(ps):
+                        problems.append("%s: NULL-extended rows %r missing"
+                                        % (where, sorted(set(ps) - set(present))))
+                    continue
+                dl = deleted.get(lid)
+                if present and len(present) != len(ps):
+                    problems.append("%s: line %d partly there: %r of %r"
+                                    % (where, lid, sorted(present), sorted(ps)))
+                elif present and dl and dl[2] < t_begin:
+                    problems.append("%s: line %d, deleted before the read" % (where, lid))
+                elif not present and (dl is None or dl[1] > t_sent):
+                    problems.append("%s: line %d missing (rows %r, deleted %r)"
+                                    % (where, lid, sorted(ps), dl and dl[1:]))
+    check_problems(problems, "reads of the join")
+
+    want = []
+    for (sid, lid), (w, i, qty, amount) in m.pair.items():
+        if lid in deleted:
+            continue
+        unit = m.unit(sid)
+        last = versions.last(unit)
+        want.append((sid, w, i, qty - versions.value(unit, last, float("inf"), "final"),
+                     lid, amount, last))
+    for unit in versions.v:
+        if not versions.contiguous(unit):
+            problems.append("%r: committed versions %r" % (unit, sorted(versions.v[unit])))
+    key = lambda r: (r[0], -1 if r[4] is None else r[4])      # noqa: E731
+    want.sort(key=key)
+    final = sorted(final, key=key)
+    if final != want:
+        fw = {}
+        for r in final:
+            fw.setdefault(key(r), []).append(r)
+        ww = {key(r): r for r in want}
+        for k in sorted(set(fw) | set(ww)):
+            if fw.get(k) != ([ww[k]] if k in ww else None):
+                problems.append("final: (sid, id) %r is %r, want %r" % (k, fw.get(k), ww.get(k)))
+        problems.append("final: %d rows, want %d" % (len(final), len(want)))
+    check_problems(problems, "final join (eager + committed changes)")
+    ids = [r[4] for r in final if r[4] is not None]
+    return {"rows": len(final), "line_ids": len(set(ids)), "deleted_lines": len(deleted),
+            "deltas": sum(len(v) for v in versions.v.values()),
+            "reads": sum(len(e[5]) for e in log)}
+
+
+@pytest.mark.parametrize("mode", sorted(UNIT_MODES))
+def test_stress_join(make_cluster, mode):
+    """A LEFT JOIN migration (6k stock rows, 1000 of them on a key another
+    has, 30 with a NULL in their key; 20k lines, some on keys of no stock,
+    some with NULL keys) under 8 clients reading by line id, id range, stock
+    key and stock id, updating the stock columns of whole keys (also
+    read-modify-write at REPEATABLE READ) and deleting lines, with the
+    background workers or complete(); see the section comment."""
+    needs_real_extension()
+    # a join's batch holds every row of the keys of a block of stock: the
+    # workers pause longer between batches
+    c = make_cluster(**dict(UNIT_MODES[mode], **({"leapfrog.background_naptime": 200}
+                                                 if mode == "background" else {})))
+    c.create_database("app")
+    rng = random.Random(12)
+    with c.connect("app") as conn:
+        conn.execute("CREATE TABLE stock (sid int PRIMARY KEY, w int, i int, qty int NOT NULL, "
+                     "filler text DEFAULT repeat('x', 200))")
+        conn.execute("CREATE TABLE line (id int PRIMARY KEY, sw int, si int, amount int NOT NULL)")
+        stock = [(n + 1, n % JOIN_W + 1, n // JOIN_W + 1, rng.randint(1000, 2000))
+                 for n in range(JOIN_W * JOIN_I)]
+        for n in range(JOIN_DUP_STOCK):
+            stock.append((len(stock) + 1, rng.randint(1, JOIN_W), rng.randint(1, JOIN_I),
+                          rng.randint(1000, 2000)))
+        for n in range(JOIN_NULL_STOCK):
+            w, i = rng.choice([(None, rng.randint(1, JOIN_I)), (rng.randint(1, JOIN_W), None),
+                               (None, None)])
+            stock.append((len(stock) + 1, w, i, rng.randint(1000, 2000)))
+        rng.shuffle(stock)
+        with conn.cursor().copy("COPY stock (sid, w, i, qty) FROM STDIN") as cp:
+            for row in stock:
+                cp.write_row(row)
+        with conn.cursor().copy("COPY line (id, sw, si, amount) FROM STDIN") as cp:
+            for lid in range(1, JOIN_LINES + 1):
+                r = rng.random()
+                cp.write_row((lid, None if r < 0.005 else rng.randint(1, JOIN_W),
+                              None if 0.005 <= r < 0.015 else rng.randint(1, 1050),
+                              rng.randint(1, 500)))
+        conn.execute("CREATE INDEX stock_wi ON stock (w, i)")
+        conn.execute("CREATE INDEX line_supply ON line (si, sw)")
+        conn.execute("CREATE TABLE stock_copy AS SELECT * FROM stock")
+        conn.execute("CREATE TABLE line_copy AS SELECT * FROM line")
+        conn.execute("VACUUM ANALYZE stock, line")
+        t0 = time.monotonic()
+        conn.execute("SELECT leapfrog.start('lsj', %s)", [JOIN_SCRIPT])
+        print("start(): %.1f ms" % ((time.monotonic() - t0) * 1e3))
+        model = JoinModel(conn.execute(
+            "SELECT s.sid, s.w, s.i, s.qty, l.id, l.amount "
+            "  FROM stock_copy s LEFT JOIN line_copy l ON l.sw = s.w AND l.si = s.i").fetchall())
+    fanout = sum(1 for ps in model.by_id.values() if len(ps) > 1)
+    no_lines = sum(1 for ps in model.by_key.values() if all(p[1] is None for p in ps))
+    print("eager join: %d rows, %d lines, %d of them with several stock rows, %d keys without "
+          "lines" % (len(model.pair), len(model.by_id), fanout, no_lines))
+    assert fanout > 1000 and no_lines > 20 and len(model.null_sids) == JOIN_NULL_STOCK
+
+    deadline = time.monotonic() + UNIT_SECONDS
+    clients = [JoinClient(c, i, deadline, "join", model) for i in range(UNIT_CLIENTS)]
+    checker = UnitChecker(c, time.monotonic() + UNIT_SECONDS * 0.75, deadline, join_checker, "join")
+    stats, mig = run_unit_stress(c, "lsj", mode, clients, checker)
+    inputs = len(stock) + JOIN_LINES
+    assert mig == ("done", inputs, inputs, None), mig
+    with c.connect("app") as conn:
+        final = conn.execute("SELECT sid, w, i, qty, id, amount, ver FROM ls").fetchall()
+    summary = check_join(model, clients, final)
+    print("join %s checked:" % mode, summary)
+    assert summary["deltas"] > 100 and summary["deleted_lines"] > 5 and summary["reads"] > 200, \
+        summary
+    assert retired_tables_after_completion(c, "app") == []
