@@ -498,22 +498,7 @@ step_plan(LfMigration *mig, Oid input)
 		return sp;
 	sp->ready = false;
 
-	/* a group or join mapping: INSERT INTO target SELECT <its units> */
-	if ((um = unit_mapping(mig, input)) != NULL)
-	{
-		Relation	rel = table_open(um->target, AccessShareLock);
-		Query	   *ins = insert_select(rel, relation_rte(rel, ACL_INSERT, mig->owner),
-										unit_step_query(um), "lf_source");
-		PlannedStmt *ps;
-
-		ins->canSetTag = true;
-		table_close(rel, AccessShareLock);
-		ps = plan_in_top_context(ins, "leapfrog migrate");
-		old = MemoryContextSwitchTo(TopMemoryContext);
-		inserts = list_make1(ps);
-		unfiltered = list_make1_int(0);
-		MemoryContextSwitchTo(old);
-	}
+	um = unit_mapping(mig, input);
 
 	/*
 	 * INSERT INTO target SELECT <mapping> FROM retired WHERE ... AND ctid =
@@ -560,6 +545,27 @@ step_plan(LfMigration *mig, Oid input)
 		unfiltered = lappend_int(unfiltered, filtered == NULL ? paramid : 0);
 		MemoryContextSwitchTo(old);
 	}
+	/*
+	 * A group or join mapping: INSERT INTO target SELECT <its units>, after
+	 * the row mappings above, which copy the rows of a live input into its
+	 * copy: a new table's foreign key to that table checks the copy.
+	 */
+	if (um != NULL)
+	{
+		Relation	rel = table_open(um->target, AccessShareLock);
+		Query	   *ins = insert_select(rel, relation_rte(rel, ACL_INSERT, mig->owner),
+										unit_step_query(um), "lf_source");
+		PlannedStmt *ps;
+
+		ins->canSetTag = true;
+		table_close(rel, AccessShareLock);
+		ps = plan_in_top_context(ins, "leapfrog migrate");
+		old = MemoryContextSwitchTo(TopMemoryContext);
+		inserts = lappend(inserts, ps);
+		unfiltered = lappend_int(unfiltered, 0);
+		MemoryContextSwitchTo(old);
+	}
+
 	sp->inserts = inserts;
 	sp->unfiltered = unfiltered;
 	sp->ready = true;			/* last: an error above leaves it to be rebuilt */

@@ -30,7 +30,8 @@ SELECT public.regress_eager(:'setup');
 SELECT $$
   CREATE TABLE total (w int, o int, lines bigint, amount bigint, PRIMARY KEY (w, o));
   INSERT INTO total SELECT w, o, count(*), sum(amount) FROM line GROUP BY w, o;
-  CREATE TABLE orders_v2 (id int PRIMARY KEY, cust int, cust_name text, amount int);
+  CREATE TABLE orders_v2 (id int PRIMARY KEY, cust int REFERENCES customers ON DELETE CASCADE,
+                          cust_name text, amount int);
   INSERT INTO orders_v2
   SELECT o.id, o.cust, c.name, o.amount FROM orders o LEFT JOIN customers c ON c.id = o.cust;
   DROP TABLE orders;
@@ -67,7 +68,10 @@ BEGIN
     -- the denormalized name stays as it was at start()
     UPDATE customers SET name = 'renamed' WHERE id = 3;
     INSERT INTO customers VALUES (21, 'new');
-    DELETE FROM customers WHERE id = 19;
+    -- a new table's foreign key to a live table: checked against its copy,
+    -- and its action applies to rows not migrated yet
+    DELETE FROM customers WHERE id = 18;
+    INSERT INTO orders_v2 VALUES (1000, 21, 'new', 1);
     UPDATE orders_v2 SET amount = -amount WHERE id = 10;
     -- the archive has the old events as they were at start()
     UPDATE events SET at = -at WHERE id = 3;
