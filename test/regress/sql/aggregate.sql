@@ -53,21 +53,11 @@ $$ AS script \gset
 SET search_path = ag_eager;
 SELECT public.regress_eager(:'script');
 SET search_path = ag_lazy;
--- EXPLAIN, with the retired table's OID-derived prefix (not part of the
--- contract) hidden.
-CREATE FUNCTION public.ag_explain(q text) RETURNS SETOF text
-LANGUAGE plpgsql AS $$
-DECLARE line text;
-BEGIN
-    FOR line IN EXECUTE 'EXPLAIN (COSTS OFF) ' || q LOOP
-        RETURN NEXT regexp_replace(line, 'leapfrog_retired\.m\d+_\d+_', 'leapfrog_retired.');
-    END LOOP;
-END $$;
 SELECT leapfrog.start('agg', :'script');
 SELECT leapfrog.remaining('agg');
 
 -- A point query by group key migrates that group only: its 3 rows.
-SELECT public.ag_explain('SELECT * FROM total WHERE w = 2 AND o = 7');
+SELECT public.regress_explain('SELECT * FROM total WHERE w = 2 AND o = 7');
 SELECT * FROM total WHERE w = 2 AND o = 7;
 SELECT leapfrog.remaining('agg');
 SELECT * FROM ag_eager.total WHERE w = 2 AND o = 7;
@@ -179,4 +169,3 @@ SELECT count(*) AS no_migration FROM leapfrog.migrations WHERE name = 'bad';
 RESET search_path;
 DROP SCHEMA ag_eager CASCADE;
 DROP SCHEMA ag_lazy CASCADE;
-DROP FUNCTION public.ag_explain(text);

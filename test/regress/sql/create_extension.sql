@@ -108,6 +108,33 @@ BEGIN
     PERFORM set_config('regress.remaining_' || migration, cur::text, false);
     RETURN prev - cur;
 END $$;
+-- EXPLAIN (COSTS OFF) of a statement, with the OID-derived prefix of a
+-- retired table's name hidden (it depends on the tests run before).
+CREATE FUNCTION regress_explain(q text) RETURNS SETOF text
+LANGUAGE plpgsql AS $$
+DECLARE line text;
+BEGIN
+    FOR line IN EXECUTE 'EXPLAIN (COSTS OFF) ' || q LOOP
+        RETURN NEXT regexp_replace(line, 'leapfrog_retired\.m\d+_\d+_', 'leapfrog_retired.');
+    END LOOP;
+END $$;
+-- The error a statement fails with, and the leapfrog lines of its context,
+-- with the OID-derived prefix of a retired table's name hidden.
+CREATE FUNCTION regress_error(q text) RETURNS SETOF text
+LANGUAGE plpgsql AS $$
+DECLARE
+    state text;
+    msg text;
+    ctx text;
+BEGIN
+    EXECUTE q;
+    RETURN NEXT 'ok';
+EXCEPTION WHEN OTHERS THEN
+    GET STACKED DIAGNOSTICS state = RETURNED_SQLSTATE, msg = MESSAGE_TEXT, ctx = PG_EXCEPTION_CONTEXT;
+    RETURN NEXT state || ': ' || msg;
+    RETURN QUERY SELECT regexp_replace(c, 'm\d+_\d+_', '', 'g')
+                   FROM regexp_split_to_table(ctx, '\n') c WHERE c LIKE 'leapfrog migration%';
+END $$;
 -- The SQLSTATE a statement fails with, or 'ok'.
 CREATE FUNCTION regress_sqlstate(q text) RETURNS text
 LANGUAGE plpgsql AS $$

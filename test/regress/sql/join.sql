@@ -50,22 +50,12 @@ $$ AS script \gset
 SET search_path = jn_eager;
 SELECT public.regress_eager(:'script');
 SET search_path = jn_lazy;
--- EXPLAIN, with the retired table's OID-derived prefix (not part of the
--- contract) hidden.
-CREATE FUNCTION public.jn_explain(q text) RETURNS SETOF text
-LANGUAGE plpgsql AS $$
-DECLARE line text;
-BEGIN
-    FOR line IN EXECUTE 'EXPLAIN (COSTS OFF) ' || q LOOP
-        RETURN NEXT regexp_replace(line, 'leapfrog_retired\.m\d+_\d+_', 'leapfrog_retired.');
-    END LOOP;
-END $$;
 SELECT leapfrog.start('join', :'script');
 SELECT leapfrog.remaining('join');
 
 -- A point query by the line's id migrates its key (2, 17): the stock row and
 -- its lines, not the table.
-SELECT public.jn_explain('SELECT * FROM line_stock WHERE id = 17');
+SELECT public.regress_explain('SELECT * FROM line_stock WHERE id = 17');
 SELECT * FROM line_stock WHERE id = 17;
 SELECT leapfrog.remaining('join');
 SELECT * FROM line_stock WHERE w = 2 AND i = 17 ORDER BY id;
@@ -193,4 +183,3 @@ SELECT count(*) AS no_migration FROM leapfrog.migrations WHERE name = 'bad';
 RESET search_path;
 DROP SCHEMA jn_eager CASCADE;
 DROP SCHEMA jn_lazy CASCADE;
-DROP FUNCTION public.jn_explain(text);

@@ -42,17 +42,8 @@ SELECT public.regress_eager(:'script');
 SET search_path = lv_lazy;
 SELECT leapfrog.start('live', :'script');
 SELECT leapfrog.remaining('live');
--- EXPLAIN, with the retired table's OID-derived prefix hidden.
-CREATE FUNCTION public.lv_explain(q text) RETURNS SETOF text
-LANGUAGE plpgsql AS $$
-DECLARE line text;
-BEGIN
-    FOR line IN EXECUTE 'EXPLAIN (COSTS OFF) ' || q LOOP
-        RETURN NEXT regexp_replace(line, 'leapfrog_retired\.m\d+_\d+_', 'leapfrog_retired.');
-    END LOOP;
-END $$;
 -- Writes of a live table first migrate what they touch, with its group.
-SELECT public.lv_explain('UPDATE line SET amount = amount + 1000 WHERE w = 1 AND o = 5');
+SELECT public.regress_explain('UPDATE line SET amount = amount + 1000 WHERE w = 1 AND o = 5');
 -- The same statements on both sides, then the tables compared.
 CREATE PROCEDURE public.lv_app(s text) LANGUAGE plpgsql AS $$
 BEGIN
@@ -153,5 +144,4 @@ SELECT to_regclass('lv_lazy.dst') AS dst;
 RESET search_path;
 DROP SCHEMA lv_eager CASCADE;
 DROP SCHEMA lv_lazy CASCADE;
-DROP FUNCTION public.lv_explain(text);
 DROP PROCEDURE public.lv_app(text);
