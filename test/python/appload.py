@@ -379,3 +379,327 @@ class Writers:
                 break
             time.sleep(0.05)
         return self.committed() >= target
+
+
+# ---------------------------------------------------------------------------
+# GROUP BY and join migrations (units.c): the unit that migrates is a group or
+# a join key, all the rows of every input sharing it.
+#
+# Data set (SQL only; the eager result is the same script run eagerly, before
+# start(), on copies of the inputs in schema `eager`, which also keeps
+# copies eager.copy_<input> of the inputs):
+#   lines(id, o, w, item, amount, qty): order lines, 1 to 15 lines an order,
+#     spread over the table (the lines of an order lie in different blocks);
+#     w is NULL on every 53rd line (a group of its own per order, found by IS NULL)
+#     -> total(o, w, nlines, amount, qty, adj DEFAULT 0): GROUP BY o, w
+#   stock(id, w, i, qty) LEFT JOIN sline(id, sw, si, amount) ON (w, i) = (sw, si):
+#     4000 stock keys have two stock rows, far apart; most keys have one or
+#     two lines; some lines match no stock row; NULL keys on both sides
+#     -> ls(sid, w, i, qty, lid, amount)
+# Each input has a btree index on its key, created before start().
+#
+# UnitWriters update the new tables through the lazy schema (total.adj of
+# one group and ls.qty of the rows of one stock row, plus a row in
+# unit_ledger, in one transaction) and track what committed, as Writers do.
+# ---------------------------------------------------------------------------
+
+GROUP_MIGRATION = """
+CREATE TABLE total (o int NOT NULL, w int, nlines bigint NOT NULL, amount numeric(14,2),
+                    qty bigint, adj int NOT NULL DEFAULT 0);
+CREATE UNIQUE INDEX total_ow ON total (o, w);
+INSERT INTO total (o, w, nlines, amount, qty)
+    SELECT o, w, count(*), sum(amount), sum(qty) FROM lines GROUP BY o, w;
+DROP TABLE lines;
+"""
+
+JOIN_MIGRATION = """
+CREATE TABLE ls (sid int NOT NULL, w int, i int, qty int, lid int, amount int);
+CREATE INDEX ls_sid ON ls (sid);
+CREATE INDEX ls_wi ON ls (w, i);
+INSERT INTO ls SELECT s.id, s.w, s.i, s.qty, l.id, l.amount
+    FROM stock s LEFT JOIN sline l ON l.sw = s.w AND l.si = s.i;
+DROP TABLE sline;
+DROP TABLE stock;
+"""
+
+UNIT_MIGRATIONS = (("lines_total", GROUP_MIGRATION), ("stock_lines", JOIN_MIGRATION))
+
+
+def create_unit_data(conn, n_lines, n_stock, n_sline):
+    """The inputs, their key indexes, the ledger, and the eager result of both
+    scripts in schema `eager` (run on copies of the inputs)."""
+    q = n_lines // 4
+    conn.execute("""
+        CREATE TABLE lines (id int PRIMARY KEY, o int NOT NULL, w int, item int,
+                            amount numeric(10,2), qty int);
+        INSERT INTO lines
+        SELECT g, CASE WHEN p < 2 * {q} THEN p / 5
+                       WHEN p < 3 * {q} THEN 2 * {q} / 5 + (p - 2 * {q}) / 3
+                       ELSE 2 * {q} / 5 + {q} / 3 + 1 + (p - 3 * {q}) / 15 END + 1,
+               CASE WHEN g % 53 = 0 THEN NULL ELSE p % 3 END,
+               g % 211, (g % 997) / 4.0, g % 9
+          FROM (SELECT g, ((g::bigint * 7919) % {n})::int AS p
+                  FROM generate_series(1, {n}) g) s;
+        CREATE INDEX lines_ow ON lines (o, w);
+        CREATE TABLE stock (id int PRIMARY KEY, w int, i int, qty int);
+        INSERT INTO stock
+        SELECT g, CASE WHEN g % 101 = 0 THEN NULL ELSE g % 10 END, (g / 10) % 1600, g % 500
+          FROM generate_series(1, {ns}) g;
+        CREATE INDEX stock_wi ON stock (w, i);
+        CREATE TABLE sline (id int PRIMARY KEY, sw int, si int, amount int);
+        INSERT INTO sline
+        SELECT g, CASE WHEN g % 89 = 0 THEN NULL ELSE (g / 1700) % 10 END,
+               CASE WHEN g % 97 = 0 THEN NULL ELSE g % 1700 END, g % 1000
+          FROM generate_series(1, {nl}) g;
+        CREATE INDEX sline_siw ON sline (si, sw);
+        CREATE TABLE unit_ledger (txid text PRIMARY KEY, writer int, o int, w int,
+                                  gdelta int, sid int, sdelta int);
+        CREATE SCHEMA eager;
+        CREATE TABLE eager.copy_lines AS SELECT * FROM lines;
+        CREATE TABLE eager.copy_stock AS SELECT * FROM stock;
+        CREATE TABLE eager.copy_sline AS SELECT * FROM sline;
+        CREATE TABLE eager.lines AS SELECT * FROM eager.copy_lines;
+        CREATE TABLE eager.stock AS SELECT * FROM eager.copy_stock;
+        CREATE TABLE eager.sline AS SELECT * FROM eager.copy_sline;
+    """.format(n=n_lines, q=q, ns=n_stock, nl=n_sline))
+    conn.execute("SET search_path = eager")
+    for _, script in UNIT_MIGRATIONS:
+        conn.execute(script)
+    conn.execute("RESET search_path")
+    conn.execute("VACUUM ANALYZE")
+
+
+def start_unit_migrations(conn):
+    """Starts both; returns their durations and the retired tables by input name."""
+    oids = {t: conn.execute("SELECT %s::regclass::oid", [t]).fetchone()[0]
+            for t in ("lines", "stock", "sline")}
+    times = []
+    for name, script in UNIT_MIGRATIONS:
+        t0 = time.monotonic()
+        conn.execute("SELECT leapfrog.start(%s, %s)", [name, script])
+        times.append(time.monotonic() - t0)
+    retired = {t: conn.execute("SELECT %s::oid::regclass::text", [o]).fetchone()[0]
+               for t, o in oids.items()}
+    return times, retired
+
+
+def load_unit_eager(conn):
+    """The eager result, for the writers: per group (o, w) its row of total,
+    per stock id the number of its rows in ls and their sum of qty."""
+    groups = {(o, w): (n, a, q) for o, w, n, a, q in conn.execute(
+        "SELECT o, w, nlines, amount, qty FROM eager.total").fetchall()}
+    stock = {sid: (n, s) for sid, n, s in conn.execute(
+        "SELECT sid, count(*), sum(qty) FROM eager.ls GROUP BY sid").fetchall()}
+    return groups, stock
+
+
+class UnitWriter(threading.Thread):
+    """Updates a group of total and the ls rows of a stock row per
+    transaction; tracks committed effects (writers own disjoint keys)."""
+
+    def __init__(self, cluster, wid, nwriters, group_keys, groups, stock, dbname, seed,
+                 rr_fraction=0.2, think=0.002):
+        super().__init__(daemon=True, name="unit-writer-%d" % wid)
+        self.cluster = cluster
+        self.wid = wid
+        self.dbname = dbname
+        self.rng = random.Random(seed)
+        self.rr_fraction = rr_fraction
+        self.think = think
+        self.my_groups = group_keys[wid::nwriters]
+        self.my_sids = sorted(stock)[wid::nwriters]
+        self.groups = groups            # (o, w) -> eager (nlines, amount, qty)
+        self.stock = stock              # sid -> eager (rows in ls, sum of qty)
+        self.stop_event = threading.Event()
+        self.pause_event = threading.Event()
+        self.paused = threading.Event()
+        self.gdelta = {}                # (o, w) -> committed sum of deltas to adj
+        self.sdelta = {}                # sid -> committed sum of deltas to qty (each row)
+        self.committed = []
+        self.aborted_by_crash = 0
+        self.in_doubt = 0
+        self.in_doubt_committed = 0
+        self.retries = {"40001": 0, "40P01": 0}
+        self.errors = []
+        self.reconnects = 0
+        self.conn = None
+        self.seq = 0
+        self.verified_reads = 0
+        self.current = None
+
+    def _ensure_conn(self):
+        if self.conn is None or self.conn.closed or self.conn.broken:
+            if self.conn is not None:
+                self.reconnects += 1
+                try:
+                    self.conn.close()
+                except Exception:
+                    pass
+            self.conn = None
+            last = None
+            deadline = time.monotonic() + 90
+            while time.monotonic() < deadline:
+                try:
+                    c = self.cluster.connect(self.dbname, autocommit=True,
+                                             application_name="lf-writer-%d" % self.wid)
+                    c.execute("SET statement_timeout = '60s'")
+                    self.conn = c
+                    return
+                except psycopg.Error as e:
+                    last = e
+                    time.sleep(0.1)
+            raise RuntimeError("writer %d could not reconnect: %r" % (self.wid, last))
+
+    @staticmethod
+    def _group_where(key):
+        o, w = key
+        if w is None:
+            return "o = %s AND w IS NULL", [o]
+        return "o = %s AND w = %s", [o, w]
+
+    def _apply(self, tx):
+        self.gdelta[tx["g"]] = self.gdelta.get(tx["g"], 0) + tx["gd"]
+        self.sdelta[tx["sid"]] = self.sdelta.get(tx["sid"], 0) + tx["sd"]
+        self.committed.append(tx["txid"])
+
+    def run(self):
+        try:
+            self._run()
+        except Exception:
+            self.errors.append(("fatal", None, traceback.format_exc()))
+        finally:
+            if self.conn is not None:
+                try:
+                    self.conn.close()
+                except Exception:
+                    pass
+
+    def _run(self):
+        while not self.stop_event.is_set():
+            if self.pause_event.is_set():
+                self.paused.set()
+                for _ in range(6000):
+                    if not self.pause_event.is_set() or self.stop_event.is_set():
+                        break
+                    time.sleep(0.01)
+                self.paused.clear()
+            self.seq += 1
+            tx = {"txid": "u%d-%d" % (self.wid, self.seq),
+                  "g": self.rng.choice(self.my_groups), "gd": self.rng.choice([-5, -1, 1, 3, 7]),
+                  "sid": self.rng.choice(self.my_sids), "sd": self.rng.choice([-2, 1, 4])}
+            iso = "REPEATABLE READ" if self.rng.random() < self.rr_fraction else "READ COMMITTED"
+            for _ in range(50):
+                outcome = self._one_txn(tx, iso)
+                if outcome != "retry":
+                    break
+                time.sleep(0.001 * self.rng.randint(1, 20))
+            if outcome == "error" and len(self.errors) > 20:
+                return
+            if self.think:
+                time.sleep(self.think)
+
+    def _one_txn(self, tx, iso):
+        try:
+            self._ensure_conn()
+        except RuntimeError as e:
+            self.errors.append((tx["txid"], None, str(e)))
+            self.stop_event.set()
+            return "error"
+        c = self.conn
+        phase = "body"
+        try:
+            self.current = "BEGIN"
+            c.execute("BEGIN ISOLATION LEVEL " + iso)
+            self.current = "UPDATE total"
+            where, args = self._group_where(tx["g"])
+            cur = c.execute("UPDATE total SET adj = adj + %s WHERE " + where, [tx["gd"]] + args)
+            if cur.rowcount != 1:
+                self.errors.append((tx["txid"], None, "UPDATE total touched %d rows (group %r)"
+                                    % (cur.rowcount, tx["g"])))
+            self.current = "UPDATE ls"
+            cur = c.execute("UPDATE ls SET qty = qty + %s WHERE sid = %s", [tx["sd"], tx["sid"]])
+            if cur.rowcount != self.stock[tx["sid"]][0]:
+                self.errors.append((tx["txid"], None, "UPDATE ls touched %d rows, want %d (sid %d)"
+                                    % (cur.rowcount, self.stock[tx["sid"]][0], tx["sid"])))
+            self.current = "INSERT INTO unit_ledger"
+            c.execute("INSERT INTO unit_ledger VALUES (%s, %s, %s, %s, %s, %s, %s)",
+                      [tx["txid"], self.wid, tx["g"][0], tx["g"][1], tx["gd"], tx["sid"], tx["sd"]])
+            phase = "commit"
+            self.current = "COMMIT"
+            c.execute("COMMIT")
+        except psycopg.Error as e:
+            st = getattr(e, "sqlstate", None)
+            if c.broken or c.closed or isinstance(e, psycopg.OperationalError) and st in (
+                    None, "57P01", "57P02", "57P03", "08006", "08003", "08000"):
+                if phase == "commit":
+                    self.in_doubt += 1
+                    for attempt in range(2):
+                        try:
+                            if attempt:
+                                self.conn = None
+                                time.sleep(0.5)
+                            self._ensure_conn()
+                            if self.conn.execute("SELECT 1 FROM unit_ledger WHERE txid = %s",
+                                                 [tx["txid"]]).fetchone():
+                                self.in_doubt_committed += 1
+                                self._apply(tx)
+                            break
+                        except (psycopg.Error, RuntimeError) as e2:
+                            if attempt:
+                                self.errors.append((tx["txid"], None,
+                                                    "in-doubt unresolved: %r" % (e2,)))
+                                self.stop_event.set()
+                                return "error"
+                else:
+                    self.aborted_by_crash += 1
+                return "crashed"
+            try:
+                c.execute("ROLLBACK")
+            except psycopg.Error:
+                pass
+            if st in RETRYABLE:
+                self.retries[st] += 1
+                return "retry"
+            self.errors.append((tx["txid"], st, "%s: %s (%s, in %s, at %.3f)" % (
+                type(e).__name__, e, iso, self.current, time.time())))
+            return "error"
+        self._apply(tx)
+        if self.rng.random() < 0.2:
+            self._verify(tx)
+        return "ok"
+
+    def _verify(self, tx):
+        """Read the group and the stock row's rows back and compare."""
+        try:
+            where, args = self._group_where(tx["g"])
+            r = self.conn.execute("SELECT nlines, amount, qty, adj FROM total WHERE " + where,
+                                  args).fetchall()
+            want = [self.groups[tx["g"]] + (self.gdelta.get(tx["g"], 0),)]
+            if [tuple(x) for x in r] != want:
+                self.errors.append((tx["txid"], None, "read group %r: %r, want %r"
+                                    % (tx["g"], r, want)))
+            r = self.conn.execute("SELECT count(*), sum(qty) FROM ls WHERE sid = %s",
+                                  [tx["sid"]]).fetchone()
+            n, s = self.stock[tx["sid"]]
+            want = (n, s + n * self.sdelta.get(tx["sid"], 0))
+            if tuple(r) != want:
+                self.errors.append((tx["txid"], None, "read ls sid %d: %r, want %r"
+                                    % (tx["sid"], r, want)))
+            self.verified_reads += 1
+        except psycopg.Error:
+            pass
+
+
+class UnitWriters(Writers):
+    """UnitWriter threads, with Writers' start/stop/pause/summary."""
+
+    def __init__(self, cluster, n, groups, stock, dbname="app", seed=1, **kw):
+        keys = sorted(groups, key=lambda k: (k[0], k[1] is None, k[1] or 0))
+        self.threads = [UnitWriter(cluster, w, n, keys, groups, stock, dbname, seed * 100 + w, **kw)
+                        for w in range(n)]
+
+    def gdelta(self):
+        return {k: d for t in self.threads for k, d in t.gdelta.items()}
+
+    def sdelta(self):
+        return {k: d for t in self.threads for k, d in t.sdelta.items()}
