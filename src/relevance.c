@@ -259,9 +259,23 @@ static void
 add_item(RelCtx *cx, Query *q, Oid input, const char *target, const char *how,
 		 LfItemKind kind)
 {
-	/* normally locked already by lf_planner; gone means completed */
+	LfMigration *mig;
+	ListCell   *lc;
+
+	/*
+	 * Normally locked already by lf_planner; gone means completed.  A join's
+	 * relevance query reads its other input too, which the planner opens
+	 * without a lock: lock every input of the migration, or a completion
+	 * could drop one under the planner (a statement on the parent of a new
+	 * table's foreign key names no new table, so lf_planner locked none).
+	 */
 	if (!lf_lock_input_if_exists(input, AccessShareLock))
 		return;
+	mig = lf_migration_by_input(input);
+	if (mig && list_length(mig->inputs) > 1)
+		foreach(lc, mig->inputs)
+			if (!lf_lock_input_if_exists(lfirst_oid(lc), AccessShareLock))
+				return;
 	cx->queries = lappend(cx->queries, q);
 	cx->inputs = lappend_oid(cx->inputs, input);
 	cx->kinds = lappend_int(cx->kinds, kind);
