@@ -3,9 +3,15 @@
 For each seed, a seeded generator makes a source table (several column types,
 NULLs), a single-table migration script (projection, computed columns,
 renames, type changes, filters, splits, CTAS, same-name replacement) and a
-workload on the new schema.  Database A runs the script eagerly, in one
-transaction; database B hands it to leapfrog.start with the background worker
-off, so the workload's own statements migrate the rows.  Every statement's
+workload on the new schema.  About an eighth of the seeds each (unit_kind)
+are GROUP BY cases (several aggregates over one or two group columns with
+NULL keys, WHERE and HAVING) and two-table join cases (inner, left, right or
+comma joins on one or two key columns, fan-out on both sides, NULL keys,
+keys of one side only), whose workloads address the new table by its unit
+key, by a column of either input and by aggregate values (gen_unit_workload).
+Database A runs the script eagerly, in one transaction; database B hands it
+to leapfrog.start with the background worker off, so the workload's own
+statements migrate the rows.  Every statement's
 result (rows, row count or SQLSTATE) must be the same in both, and so must the
 final tables after leapfrog.complete().
 
@@ -15,6 +21,7 @@ Soak (make soak):     LEAPFROG_DIFF_BACKGROUND_COUNT=2000 LEAPFROG_DIFF_SNAPSHOT
                       LEAPFROG_DIFF_REPEAT=3 pytest ... -k "background or snapshots"
 """
 
+import collections
 import datetime as dt
 import itertools
 import os
@@ -307,7 +314,26 @@ def _alias_expr(e):
     return re.sub(r"\b(id|c\d+_[a-z]+)\b", r"s.\1", e)
 
 
+# Shares of the seeds that become GROUP BY and join cases (unit_kind): drawn
+# from a stream of their own, and never from an 'alter' seed, so that every
+# other seed keeps its case.
+UNIT_KIND_SHARE = {"group": 0.14, "join": 0.14}
+
+
+def unit_kind(seed):
+    if random.Random("alter-kind-%d" % seed).random() < 0.15:
+        return None
+    r = random.Random("unit-kind-%d" % seed).random()
+    if r < UNIT_KIND_SHARE["group"]:
+        return "group"
+    if r < UNIT_KIND_SHARE["group"] + UNIT_KIND_SHARE["join"]:
+        return "join"
+    return None
+
+
 def gen_case(seed, snapshots=False):
+    if unit_kind(seed):
+        return gen_unit_case(seed, unit_kind(seed), snapshots)
     rng = random.Random(seed)
     LONG_COLS.clear()
     case = Case()
@@ -441,36 +467,47 @@ def gen_case(seed, snapshots=False):
             stmts.append("CREATE INDEX ON %s (%s);" % (final, col))
     # Drawn apart, so that the cases above stay what they were for a seed.
     fkr = random.Random("fkey-%d" % seed)
-    case.fk_action = None
-    creates = [k for k, st in enumerate(stmts)
-               if st.startswith("CREATE TABLE ") and " (id int" in st and " AS " not in st]
-    if creates and fkr.random() < 0.3:
-        # A new table's id references a live table, owners, with an action.
-        case.fk_action = fkr.choice(["CASCADE", "SET NULL", "SET DEFAULT", "NO ACTION",
-                                     "RESTRICT"])
-        k = fkr.choice(creates)
-        stmts[k] = stmts[k].replace(" (id int", " (id int REFERENCES owners (id) ON DELETE %s "
-                                    "ON UPDATE %s" % (case.fk_action, case.fk_action), 1)
+    stmts = _with_fkey(fkr, case, stmts)
     if kind != "alter":
         stmts = _with_alters(random.Random("alter-%d" % seed), stmts, src, case.src_cols)
     case.script = "\n".join(stmts)
     case.tables = tables
     case.snapshots = snapshots
     case.workload = (gen_snapshot_workload if snapshots else gen_workload)(rng, case)
-    if case.fk_action:
-        # Deletes and key updates of owners: the action reaches rows of the
-        # new table that are not migrated yet.
-        ids = [r[0] for r in case.rows if r[0] is not None]
-        for _ in range(fkr.randint(2, 6)):
-            a = fkr.choice(ids)
-            st = fkr.choice([
-                Stmt("DELETE FROM owners WHERE id = %s", [a]),
-                Stmt("UPDATE owners SET id = id + 100000 WHERE id = %s", [a]),
-                Stmt("DELETE FROM owners WHERE id BETWEEN %s AND %s", [a, a + fkr.randint(1, 5)]),
-                Stmt("DELETE FROM owners WHERE id = %s RETURNING id", [a])])
-            spots = [i for i, w in enumerate(case.workload) if w.session == 0] or [0]
-            case.workload.insert(fkr.choice(spots), st)
+    _fkey_workload(fkr, case)
     return case
+
+
+def _with_fkey(fkr, case, stmts):
+    """A new table's id references a live table, owners, with an action."""
+    case.fk_action = None
+    creates = [k for k, st in enumerate(stmts)
+               if st.startswith("CREATE TABLE ") and " (id int" in st and " AS " not in st]
+    if creates and fkr.random() < 0.3:
+        case.fk_action = fkr.choice(["CASCADE", "SET NULL", "SET DEFAULT", "NO ACTION",
+                                     "RESTRICT"])
+        k = fkr.choice(creates)
+        stmts = list(stmts)
+        stmts[k] = stmts[k].replace(" (id int", " (id int REFERENCES owners (id) ON DELETE %s "
+                                    "ON UPDATE %s" % (case.fk_action, case.fk_action), 1)
+    return stmts
+
+
+def _fkey_workload(fkr, case):
+    """Deletes and key updates of owners: the action reaches rows of the new
+    table that are not migrated yet."""
+    if not case.fk_action:
+        return
+    ids = [r[0] for r in case.rows if r[0] is not None]
+    for _ in range(fkr.randint(2, 6)):
+        a = fkr.choice(ids)
+        st = fkr.choice([
+            Stmt("DELETE FROM owners WHERE id = %s", [a]),
+            Stmt("UPDATE owners SET id = id + 100000 WHERE id = %s", [a]),
+            Stmt("DELETE FROM owners WHERE id BETWEEN %s AND %s", [a, a + fkr.randint(1, 5)]),
+            Stmt("DELETE FROM owners WHERE id = %s RETURNING id", [a])])
+        spots = [i for i, w in enumerate(case.workload) if w.session == 0] or [0]
+        case.workload.insert(fkr.choice(spots), st)
 
 
 def gen_alter(rng, case):
@@ -539,7 +576,7 @@ def gen_alter(rng, case):
     return stmts, Table(src, [tuple(c) for c in cols], case.src_pk)
 
 
-def _with_alters(rng, stmts, src, src_cols):
+def _with_alters(rng, stmts, src, src_cols, keep=""):
     """ALTER TABLE in the script, drawn from their own stream so that the
     rest of a seed's case stays what it was: on the source before its
     mapping reads it (a dropped column, and an added one whose value is
@@ -550,7 +587,7 @@ def _with_alters(rng, stmts, src, src_cols):
         return stmts
     body = "\n".join(stmts)
     pre = []
-    unused = [c for c, _ in src_cols if not re.search(r"\b%s\b" % c, body)]
+    unused = [c for c, _ in src_cols if not re.search(r"\b%s\b" % c, body + keep)]
     if unused and rng.random() < 0.6:
         pre.append("ALTER TABLE %s DROP COLUMN %s;" % (src, rng.choice(unused)))
     if rng.random() < 0.6:
@@ -954,6 +991,1057 @@ def gen_stmt_more(rng, t, o, some_id, id_range, inline):
 
 
 # ---------------------------------------------------------------------------
+# GROUP BY and join cases (unit_kind): the unit that migrates is a group, or
+# a join key with the rows of both inputs sharing it.  Their sources have key
+# columns drawn from small domains (fan-out, NULL keys, keys on one side
+# only), an index on the key of every input (start() requires it), and their
+# workloads address the new table by its key, by a column of either side and
+# by aggregate values (gen_unit_workload).
+
+UNIT_KEY_TYPES = ["int", "int", "text", "varchar(24)", "date", "bigint", "numeric(12,2)",
+                  "timestamptz", "bool"]
+NUMERIC_TYPES = ("int", "bigint", "numeric")
+SUM_TYPE = {"int": "bigint", "bigint": "numeric", "numeric": "numeric"}
+ARRAY_TYPE = {"int": "int[]", "bigint": "bigint[]", "numeric": "numeric[]", "text": "text[]",
+              "varchar": "varchar[]", "bool": "bool[]", "date": "date[]",
+              "timestamptz": "timestamptz[]", "timestamp": "timestamp[]"}
+# Type changes of a key column that keep distinct values distinct.
+KEY_TYPE_CHANGES = {"int": ["bigint", "numeric", "text"], "bigint": ["numeric", "text"],
+                    "text": ["varchar(64)"], "varchar(24)": ["text", "varchar(64)"],
+                    "bool": ["text"], "date": ["timestamp"], "numeric(12,2)": ["text"]}
+# The type min() and max() give (no varchar or typmod of their own).
+MINMAX_TYPE = {"int": "int", "bigint": "bigint", "numeric": "numeric", "text": "text",
+               "varchar": "text", "date": "date", "timestamptz": "timestamptz",
+               "timestamp": "timestamp"}
+
+
+def gen_domain(rng, t, n):
+    """n distinct values of type t (bool: both)."""
+    if t == "bool":
+        return [False, True]
+    out = []
+    for _ in range(n * 20):
+        v = gen_value(rng, _gen_type(t))
+        if v not in out:
+            out.append(v)
+        if len(out) == n:
+            break
+    return out
+
+
+def gen_unit_source(rng, prefix, key_cols, key_rows, nval, ids=None, dups=True):
+    """A source of a GROUP BY or join case: id, the key columns (one tuple
+    of key_rows per row), then nval value columns with NULLs.  Returns
+    columns, rows and whether id is the primary key; without one (and
+    dups), some rows are exact duplicates."""
+    cols = list(key_cols)
+    for _ in range(nval):
+        t = rng.choice(SOURCE_TYPES)
+        cols.append(("%s%d_%s" % (prefix, len(cols), base_type(t)), t))
+    n = len(key_rows)
+    if ids is None:
+        ids = rng.sample(range(1, n * 3 + 2), n)
+    null_p = rng.choice([0.0, 0.1, 0.3])
+    rows = []
+    for i, keys in zip(ids, key_rows):
+        row = [i] + list(keys)
+        for _, t in cols[len(key_cols):]:
+            row.append(None if rng.random() < null_p else gen_value(rng, t))
+        rows.append(row)
+    pk = rng.random() < 0.85
+    if not pk and dups and rows:
+        for r in rng.sample(rows, max(1, len(rows) // 10)):
+            rows.insert(rng.randint(0, len(rows)), list(r))
+    return cols, rows, pk
+
+
+def gen_unit_churn(rng, table, cols, nullable):
+    """gen_churn for a source of a unit case: dead tuples and gaps; NULLs
+    only in the columns that may take them."""
+    out = []
+    if rng.random() < 0.4:
+        c = rng.choice(cols)[0]
+        out.append("UPDATE %s SET %s = %s WHERE id %% %d = 0" % (table, c, c, rng.randint(2, 6)))
+    if rng.random() < 0.3:
+        out.append("DELETE FROM %s WHERE id %% %d = 1" % (table, rng.randint(5, 13)))
+    if out and rng.random() < 0.5:
+        out.append("VACUUM %s" % table)
+    if nullable and rng.random() < 0.2:
+        out.append("UPDATE %s SET %s = NULL WHERE id %% 7 = 3" % (table, rng.choice(nullable)))
+    return [x.replace("%%", "%") for x in out]
+
+
+def key_index_sql(rng, table, keys, cols, unique=False):
+    """The index start() needs on an input's key: a btree whose leading
+    columns are the key's, in any order (a trailing column or INCLUDE
+    sometimes)."""
+    keys = list(keys)
+    rng.shuffle(keys)
+    others = [c for c, _ in cols if c not in keys]
+    tail = ""
+    if not unique and others and rng.random() < 0.25:
+        keys.append(rng.choice(others))
+    elif others and rng.random() < 0.15:
+        tail = " INCLUDE (%s)" % rng.choice(others)
+    return "CREATE %sINDEX ON %s (%s)%s" % ("UNIQUE " if unique else "", table, ", ".join(keys),
+                                            tail)
+
+
+class UnitTable(Table):
+    """A new table of a GROUP BY or join case, for gen_unit_stmt."""
+
+    def __init__(self, name, cols, keys, unique, vals, dim=None, id_col=None):
+        Table.__init__(self, name, cols, False)
+        self.decl = dict(cols)
+        self.keys = keys        # the columns that carry the unit's key
+        self.unique = unique    # the columns of its primary key or unique index, or None
+        self.vals = vals        # column -> values it likely holds (the source's)
+        self.dim = dim          # the column the live table dim holds values of
+        self.id_col = id_col    # a column of source ids (side.id holds some)
+
+
+def _out_name(used, name):
+    while name in used:
+        name = "%s_%d" % (name, len(used))
+    used.add(name)
+    return name
+
+
+def _agg_order(rng, x, cols):
+    """An ORDER BY inside an aggregate that makes its result deterministic:
+    ties are rows whose aggregated value x is equal (it ends with x, or
+    with id, which only exact duplicates share)."""
+    d = lambda: rng.choice(["", "", " DESC", " NULLS FIRST", " DESC NULLS LAST"])
+    r = rng.random()
+    if r < 0.35:
+        return "ORDER BY %s%s" % (x, d())
+    if r < 0.55:
+        return "ORDER BY id%s" % d()
+    y = rng.choice(cols)[0]
+    return "ORDER BY %s%s, %s%s" % (y, d(), rng.choice([x, "id"]), d())
+
+
+def gen_aggregate(rng, cols):
+    """An aggregate over the source columns cols (id among them): its
+    expression, result type, and whether a type change of the target
+    column is safe.  No aggregate whose result depends on the order of the
+    rows: string_agg and array_agg have a deterministic ORDER BY, sums are
+    of integers and numerics."""
+    for _ in range(100):
+        c, t = rng.choice(cols)
+        bt = base_type(t)
+        num = bt in NUMERIC_TYPES
+        ok = bt != "bigint"
+        r = rng.random()
+        if r < 0.08:
+            return "count(*)", "bigint", True
+        if r < 0.14:
+            return "count(%s)" % c, "bigint", True
+        if r < 0.22 and num:
+            return "sum(%s)" % c, SUM_TYPE[bt], ok
+        if r < 0.27 and num:
+            return rng.choice(["avg(%s)", "round(avg(%s), 3)"]) % c, "numeric", ok
+        if r < 0.37 and bt != "bool":
+            return "%s(%s)" % (rng.choice(["min", "max"]), c), MINMAX_TYPE[bt], bt != "text"
+        if r < 0.41 and bt == "bool":
+            return "%s(%s)" % (rng.choice(["bool_and", "bool_or", "every"]), c), "bool", True
+        if r < 0.49 and bt in ("text", "varchar", "int", "bigint", "numeric", "bool"):
+            x = c if bt in ("text", "varchar") else "%s::text" % c
+            return ("string_agg(%s, %s %s)" % (x, rng.choice(["','", "' '", "'|'"]),
+                                               _agg_order(rng, x, cols)), "text", False)
+        if r < 0.56:
+            return "array_agg(%s %s)" % (c, _agg_order(rng, c, cols)), ARRAY_TYPE[bt], False
+        if r < 0.62:
+            k = rng.random()
+            if k < 0.5 or not (num or bt in ("text", "varchar")):
+                return "count(DISTINCT %s)" % c, "bigint", True
+            if num:
+                return "sum(DISTINCT %s)" % c, SUM_TYPE[bt], ok
+            return ("string_agg(DISTINCT %s, ',' ORDER BY %s%s)"
+                    % (c, c, rng.choice(["", " DESC"])), "text", False)
+        if r < 0.72:
+            fc, ft = rng.choice(cols)
+            f = (gen_filter_on(rng, fc, ft) if fc != "id"
+                 else "id %% %d <> 0" % rng.randint(2, 5)).replace("%%", "%")
+            k = rng.random()
+            if k < 0.35:
+                return "count(*) FILTER (WHERE %s)" % f, "bigint", True
+            if k < 0.6 and num:
+                return "sum(%s) FILTER (WHERE %s)" % (c, f), SUM_TYPE[bt], ok
+            if k < 0.8 and bt != "bool":
+                return ("%s(%s) FILTER (WHERE %s)" % (rng.choice(["min", "max"]), c, f),
+                        MINMAX_TYPE[bt], False)
+            return ("array_agg(%s %s) FILTER (WHERE %s)" % (c, _agg_order(rng, c, cols), f),
+                    ARRAY_TYPE[bt], False)
+        if r < 0.8 and c != "id":
+            e, et = rng.choice(EXPRS[bt])
+            e = fmt(e, c)
+            ebt = base_type(et)
+            if ebt in NUMERIC_TYPES and rng.random() < 0.5:
+                return "sum(%s)" % e, SUM_TYPE[ebt], False
+            if ebt == "bool":
+                return "bool_or(%s)" % e, "bool", True
+            return "%s(%s)" % (rng.choice(["min", "max"]), e), MINMAX_TYPE[ebt], False
+        if r < 0.85 and bt != "bool":
+            return ("%s WITHIN GROUP (ORDER BY %s)"
+                    % (rng.choice(["percentile_disc(0.5)", "percentile_disc(0.1)", "mode()"]), c),
+                    MINMAX_TYPE[bt], False)
+        if r < 0.9 and bt in ("int", "bigint", "numeric", "date"):
+            return "max(%s) - min(%s)" % (c, c), {"date": "int"}.get(bt, bt), False
+        if r < 0.94 and bt in ("int", "bigint"):
+            return "%s(%s)" % (rng.choice(["bit_or", "bit_and"]), c), bt, False
+        if r < 0.98 and num:
+            return (rng.choice(["coalesce(sum(%s), 0) * 2", "sum(%s) / count(*)",
+                                "coalesce(max({c}), 0) + count(*)".replace("{c}", "%s")]) % c,
+                    SUM_TYPE[bt], False)
+    return "count(*)", "bigint", True
+
+
+def gen_having(rng, kcols, cols):
+    parts = []
+    for _ in range(rng.randint(1, 2)):
+        c, t = rng.choice(cols)
+        bt = base_type(t)
+        r = rng.random()
+        if r < 0.3:
+            parts.append("count(*) %s %d" % (rng.choice([">", ">=", "<"]), rng.randint(1, 5)))
+        elif r < 0.45 and bt in NUMERIC_TYPES:
+            parts.append("sum(%s) > %s" % (c, gen_value(rng, "int")))
+        elif r < 0.55 and bt == "bool":
+            parts.append(rng.choice(["bool_or(%s)", "NOT bool_and(%s)"]) % c)
+        elif r < 0.65:
+            parts.append("count(DISTINCT %s) > 1" % c)
+        elif r < 0.75:
+            parts.append("%s(%s) IS NOT NULL" % (rng.choice(["min", "max"]) if bt != "bool"
+                                                 else "bool_or", c))
+        else:
+            k, kt = rng.choice(kcols)
+            parts.append(rng.choice(["%s IS NOT NULL" % k, "%s IS NULL" % k,
+                                     gen_filter_on(rng, k, kt).replace("%%", "%")]))
+    return (" AND " if rng.random() < 0.6 else " OR ").join("(%s)" % p for p in parts)
+
+
+def _place_indexes(rng, stmts, idx):
+    """An index goes right after its table's creation (before the data), or
+    at the end of the script under the table's final name."""
+    for created_as, final, sql_ in idx:
+        pos = [k for k, s in enumerate(stmts) if s.startswith("CREATE TABLE %s " % created_as)]
+        if pos and rng.random() < 0.5:
+            stmts.insert(pos[0] + 1, sql_ % created_as + ";")
+        else:
+            stmts.append(sql_ % final + ";")
+    return stmts
+
+
+def _target_stmts(rng, src, kind_name, create, insert):
+    """The script around a mapping from src into a new table: a new name, or
+    the source's (the new table renamed over it, or the source renamed out
+    of the way).  create(name) and insert(name, input) give the statements.
+    Returns the statements, the name the table is created as, its final
+    name, and the inputs' names as the mapping reads them."""
+    r = rng.random()
+    if r < 0.7:
+        final = kind_name
+        return [create(final), insert(final, src), "DROP TABLE %s;" % src], final, final, src
+    if r < 0.85:
+        tmp = "%s_tmp" % src
+        return ([create(tmp), insert(tmp, src), "DROP TABLE %s;" % src,
+                 "ALTER TABLE %s RENAME TO %s;" % (tmp, src)], tmp, src, src)
+    old = "%s_old" % src
+    return (["ALTER TABLE %s RENAME TO %s;" % (src, old), create(src), insert(src, old),
+             "DROP TABLE %s;" % old], src, src, old)
+
+
+def gen_group(rng, case):
+    """INSERT INTO new SELECT <group columns>, <aggregates> FROM src [WHERE]
+    GROUP BY <columns> [HAVING]; NULL group keys, several aggregates."""
+    ngk = 1 if rng.random() < 0.6 else 2
+    keys = []
+    for i in range(ngk):
+        t = rng.choice(UNIT_KEY_TYPES)
+        d = rng.randint(2, 25) if ngk == 1 else rng.randint(2, 7)
+        keys.append(("c%d_%s" % (i, base_type(t)), t, gen_domain(rng, t, d)))
+    key_null_p = rng.choice([0.0, 0.0, 0.05, 0.2])
+    nrows = rng.randint(20, 300) if rng.random() < 0.85 else rng.randint(800, 2000)
+    key_rows = [tuple(None if rng.random() < key_null_p else rng.choice(dom)
+                      for _, _, dom in keys) for _ in range(nrows)]
+    src = "src%d" % rng.randint(0, 9)
+    kcols = [(k, t) for k, t, _ in keys]
+    cols, rows, pk = gen_unit_source(rng, "c", kcols, key_rows, rng.randint(2, 5))
+    case.src, case.src_cols, case.rows, case.src_pk = src, cols, rows, pk
+    key_nulls = key_null_p > 0
+    vcols = cols[ngk:]
+    nullable = [c for c, _ in vcols] + ([k for k, _ in kcols] if key_nulls else [])
+    case.churn = gen_unit_churn(rng, src, cols, nullable)
+    case.churn.insert(rng.randint(0, len(case.churn)),
+                      key_index_sql(rng, src, [k for k, _ in kcols], cols))
+    if ngk == 2 and rng.random() < 0.2:
+        # An index on one key column only: no use for the units.
+        case.churn.insert(0, "CREATE INDEX ON %s (%s)" % (src, kcols[1][0]))
+
+    # The target: the group columns (maybe renamed, or of another type), an
+    # expression of one sometimes, and 2 to 6 aggregates.
+    used = set()
+    out = []        # (name, declared type, expression, values)
+    key_out = []
+    for k, t, dom in keys:
+        name = _out_name(used, rng.choice([k, k, "g_" + k.split("_")[0]]))
+        decl = t
+        if rng.random() < 0.15 and t in KEY_TYPE_CHANGES:
+            decl = rng.choice(KEY_TYPE_CHANGES[t])
+        out.append((name, decl, k, dom if decl == t else None))
+        key_out.append(name)
+    if rng.random() < 0.2:
+        k, t, _ = rng.choice(keys)
+        e, et = rng.choice([x for x in EXPRS[base_type(t)] if "id" not in x[0]])
+        out.append((_out_name(used, k.split("_")[0] + "_x"), et, fmt(e, k), None))
+    agg_cols = [("id", "int")] + cols
+    for _ in range(rng.randint(2, 6)):
+        e, rt, can_change = gen_aggregate(rng, agg_cols)
+        decl = rt
+        if can_change and rng.random() < 0.2 and rt in TYPE_CHANGES:
+            decl = rng.choice(TYPE_CHANGES[rt])
+        out.append((_out_name(used, "a%d" % len(used)), decl, e, None))
+    sel = list(out)
+    if rng.random() < 0.3:
+        rng.shuffle(sel)
+    # The key: a primary key (no NULL groups then), a unique index (NULL
+    # groups too), or none.
+    mode = rng.random()
+    where = gen_filter(rng, cols)
+    wparts = ["(%s)" % where.replace("%%", "%")] if where else []
+    having = gen_having(rng, kcols, cols) if rng.random() < 0.4 else None
+    hparts = [having] if having else []
+    pk_t = mode < 0.55
+    if pk_t and key_nulls:
+        for k, _ in kcols:
+            (wparts if rng.random() < 0.6 else hparts).append("%s IS NOT NULL" % k)
+    group_by = [k for k, _ in kcols]
+    rng.shuffle(group_by)
+    extra = rng.random() < 0.2
+    col_list = extra or sel != out or rng.random() < 0.4
+    create_cols = list(out)
+    if col_list and rng.random() < 0.4:
+        rng.shuffle(create_cols)
+
+    def create(name):
+        defs = ["%s %s" % (n, d) for n, d, _, _ in create_cols]
+        if extra:
+            defs.insert(rng.randint(0, len(defs)), "extra int DEFAULT 7")
+        if pk_t:
+            pkc = list(key_out)
+            rng.shuffle(pkc)
+            defs.append("PRIMARY KEY (%s)" % ", ".join(pkc))
+        return "CREATE TABLE %s (%s);" % (name, ", ".join(defs))
+
+    def insert(name, inp):
+        s = "INSERT INTO %s%s SELECT %s FROM %s" % (
+            name, " (%s)" % ", ".join(n for n, _, _, _ in sel) if col_list else "",
+            ", ".join(e for _, _, e, _ in sel), inp)
+        if wparts:
+            s += " WHERE " + " AND ".join(wparts)
+        s += " GROUP BY " + ", ".join(group_by)
+        if hparts:
+            s += " HAVING " + " AND ".join("(%s)" % h for h in hparts)
+        return s + ";"
+
+    stmts, created, final, _ = _target_stmts(rng, src, rng.choice(["t_group", "totals", "t_new"]),
+                                              create, insert)
+    unique = key_out if pk_t else None
+    idx = []
+    if not pk_t and mode < 0.85:
+        cols_ = list(key_out)
+        rng.shuffle(cols_)
+        nnd = rng.random() < 0.4
+        idx.append((created, final, "CREATE UNIQUE INDEX ON %%s (%s)%s"
+                    % (", ".join(cols_), " NULLS NOT DISTINCT" if nnd else "")))
+        unique = key_out
+    elif rng.random() < 0.5:
+        idx.append((created, final, "CREATE INDEX ON %%s (%s)"
+                    % rng.choice([n for n, d, _, _ in out if not d.endswith("[]")])))
+    stmts = _place_indexes(rng, stmts, idx)
+    tcols = [(n, d) for n, d, _, _ in create_cols] + ([("extra", "int")] if extra else [])
+    vals = {n: v for n, _, _, v in out if v}
+    t = UnitTable(final, tcols, key_out, unique, vals,
+                  dim=key_out[0] if key_out[0] in vals else None)
+    return stmts, t
+
+
+def gen_join(rng, case):
+    """INSERT INTO new SELECT ... FROM a [INNER|LEFT|RIGHT] JOIN b ON a.k = b.k
+    [AND ...] [WHERE ...], or FROM a, b WHERE ...: one or two key columns,
+    fan-out on both sides, NULL keys, keys of one side only."""
+    a = "src%d" % rng.randint(0, 9)
+    b = "rel%d" % rng.randint(0, 9)
+    fk = rng.random() < 0.25          # b's key is its id, its primary key
+    nk = 1 if fk or rng.random() < 0.65 else 2
+    na = rng.randint(20, 250) if rng.random() < 0.85 else rng.randint(600, 1500)
+    nb = rng.randint(5, 120)
+    null_a = rng.choice([0.0, 0.05, 0.2])
+    null_b = rng.choice([0.0, 0.05, 0.2])
+    b_unique = fk or rng.random() < 0.3
+    if fk:
+        b_ids = rng.sample(range(1, nb * 3 + 2), nb)
+        a_keys = [("c0_int", "int")]
+        b_keys = [("id", "int")]
+        absent = [i for i in range(1, nb * 3 + 5) if i not in b_ids]
+        doms = [b_ids]
+        a_key_rows = [(None if rng.random() < null_a else
+                       rng.choice(b_ids) if rng.random() < 0.85 else rng.choice(absent),)
+                      for _ in range(na)]
+        b_key_rows = [(i,) for i in b_ids]
+        types = [("int", "int")]
+    else:
+        a_keys, b_keys, doms, types = [], [], [], []
+        for i in range(nk):
+            t = rng.choice([x for x in UNIT_KEY_TYPES if x != "bool"])
+            tb = t
+            if t == "int" and rng.random() < 0.2:
+                tb = "bigint"
+            elif t in ("text", "varchar(24)") and rng.random() < 0.3:
+                tb = {"text": "varchar(24)", "varchar(24)": "text"}[t]
+            d = rng.randint(3, 40) if nk == 1 else rng.randint(2, 8)
+            doms.append(gen_domain(rng, t, d))
+            types.append((t, tb))
+            a_keys.append(("c%d_%s" % (i, base_type(t)), t))
+            b_keys.append(("e%d_%s" % (i, base_type(tb)), tb))
+        # Each side holds a part of the domain: keys of one side only.
+        da = [rng.sample(d, max(1, int(len(d) * rng.uniform(0.5, 1.0)))) for d in doms]
+        db = [rng.sample(d, max(1, int(len(d) * rng.uniform(0.5, 1.0)))) for d in doms]
+        a_key_rows = [tuple(None if rng.random() < null_a else rng.choice(d) for d in da)
+                      for _ in range(na)]
+        if b_unique:
+            combos = list(itertools.product(*db))
+            rng.shuffle(combos)
+            b_key_rows = combos[:nb]
+            b_key_rows += [tuple(None if j == 0 or rng.random() < 0.5 else rng.choice(d)
+                                 for j, d in enumerate(db))
+                           for _ in range(rng.choice([0, 0, 1, 3]))]
+            rng.shuffle(b_key_rows)
+        else:
+            b_key_rows = [tuple(None if rng.random() < null_b else rng.choice(d) for d in db)
+                          for _ in range(nb)]
+        # Fan-out on both sides, but a bounded join.
+        def size():
+            ca = collections.Counter(k for k in a_key_rows if None not in k)
+            cb = collections.Counter(k for k in b_key_rows if None not in k)
+            return sum(ca[k] * cb[k] for k in ca)
+        while size() > 2500 and len(b_key_rows) > 3:
+            b_key_rows = b_key_rows[: len(b_key_rows) // 2]
+        b_ids = None
+    a_cols, a_rows, a_pk = gen_unit_source(rng, "c", a_keys, a_key_rows, rng.randint(1, 4))
+    b_cols, b_rows, b_pk = gen_unit_source(rng, "e", [] if fk else b_keys, b_key_rows
+                                           if not fk else [() for _ in b_key_rows],
+                                           rng.randint(1, 4), ids=b_ids, dups=not b_unique)
+    if fk:
+        b_pk = True
+    case.src, case.src_cols, case.rows, case.src_pk = a, a_cols, a_rows, a_pk
+    case.src_b, case.src_b_cols, case.rows_b, case.src_b_pk = b, b_cols, b_rows, b_pk
+    case.churn = gen_unit_churn(rng, a, a_cols, [c for c, _ in a_cols])
+    case.churn += gen_unit_churn(rng, b, b_cols, [c for c, _ in b_cols])
+    if not fk:
+        case.churn.insert(rng.randint(0, len(case.churn)),
+                          key_index_sql(rng, b, [k for k, _ in b_keys], b_cols, unique=b_unique))
+    case.churn.insert(rng.randint(0, len(case.churn)),
+                      key_index_sql(rng, a, [k for k, _ in a_keys], a_cols))
+
+    # The join: which table is on the left, the join type, aliases.
+    qa, qb = rng.choice([(a, b), ("s", "r"), ("x", "y"), ("l", "o")])
+    a_left = rng.random() < 0.6
+    jt = rng.choice(["JOIN", "INNER JOIN", "LEFT JOIN", "LEFT OUTER JOIN", "RIGHT JOIN",
+                     "RIGHT JOIN", ","])
+    inner = jt in ("JOIN", "INNER JOIN", ",")
+    a_preserved = not inner and (jt.startswith("LEFT") == a_left)
+    b_preserved = not inner and not a_preserved
+
+    def q(side, c):
+        return "%s.%s" % (qa if side == "a" else qb, c)
+
+    used = set()
+    out = []      # (name, declared type, expression, values)
+    a_ids = sorted({r[0] for r in a_rows})
+    b_ids_all = sorted({r[0] for r in b_rows})
+    if rng.random() < 0.9:
+        out.append((_out_name(used, "id"), "int", q("a", "id"), a_ids))
+    if rng.random() < 0.85 and not fk:
+        out.append((_out_name(used, "b_id"), "int", q("b", "id"), b_ids_all))
+    key_out = []
+    for i in range(nk):
+        r = rng.random()
+        name = "b_id" if fk else "k%d" % i
+        ta_, tb_ = types[i]
+        if r < 0.4:
+            out.append((_out_name(used, name), ta_, q("a", a_keys[i][0]), doms[i]))
+        elif r < 0.75 or fk:
+            out.append((_out_name(used, name), tb_, q("b", b_keys[i][0]), doms[i]))
+        elif r < 0.9:
+            out.append((_out_name(used, name), tb_, "coalesce(%s, %s)"
+                        % (q("a", a_keys[i][0]), q("b", b_keys[i][0])), doms[i]))
+        else:
+            continue
+        key_out.append(out[-1][0])
+    for _ in range(rng.randint(1, 4)):
+        side = rng.choice("ab")
+        scols = (a_cols[len(a_keys):] if side == "a" else b_cols[0 if fk else len(b_keys):])
+        if not scols:
+            continue
+        c, t = rng.choice(scols)
+        e, et = rng.choice(EXPRS[base_type(t)])
+        e = re.sub(r"\bid\b", q(side, "id"), e)
+        decl = et
+        if rng.random() < 0.2 and et in TYPE_CHANGES:
+            decl = rng.choice(TYPE_CHANGES[et])
+        srcrows = a_rows if side == "a" else b_rows
+        scolnames = [x for x, _ in (a_cols if side == "a" else b_cols)]
+        vals = None
+        if e == "{c}" and decl == t:
+            j = scolnames.index(c) + 1
+            vals = sorted({r[j] for r in srcrows if r[j] is not None}, key=repr)
+        out.append((_out_name(used, "%s_%s" % (side, c)), decl, fmt(e, q(side, c)), vals))
+    if rng.random() < 0.25:
+        ia = [c for c, t in a_cols if base_type(t) in ("int", "numeric")]
+        ib = [c for c, t in b_cols if base_type(t) in ("int", "numeric")]
+        if ia and ib:
+            out.append((_out_name(used, "mix"), "numeric",
+                        "%s + %s" % (q("a", rng.choice(ia)), q("b", rng.choice(ib))), None))
+        else:
+            out.append((_out_name(used, "mix"), "text", "coalesce(%s::text, '-') || '/' || "
+                        "coalesce(%s::text, '-')" % (q("a", "id"), q("b", "id")), None))
+
+    # ON: the key's equalities (either way round), and sometimes more.
+    conds = []
+    for i in range(nk):
+        x, y = q("a", a_keys[i][0]), q("b", b_keys[i][0])
+        conds.append("%s = %s" % ((x, y) if rng.random() < 0.6 else (y, x)))
+    rng.shuffle(conds)
+    if rng.random() < 0.3:
+        side = rng.choice("ab")
+        scols = a_cols if side == "a" else b_cols
+        r = rng.random()
+        if r < 0.7:
+            c, t = rng.choice(scols)
+            conds.append(gen_filter_on(rng, q(side, c), t).replace("%%", "%"))
+        else:
+            conds.append("%s %s %s" % (q("a", "id"), rng.choice(["<>", "<"]), q("b", "id")))
+    where = []
+    if rng.random() < 0.4:
+        side = rng.choice("ab")
+        scols = a_cols if side == "a" else b_cols
+        c, t = rng.choice(scols)
+        where.append(gen_filter_on(rng, q(side, c), t).replace("%%", "%"))
+    if rng.random() < 0.1 and not inner:
+        where.append("%s.id IS NULL" % (qb if a_preserved else qa))
+
+    def ref(t_, qn):
+        return t_ if qn == t_ else "%s %s" % (t_, qn)
+
+    # The key of the new table.
+    names = [n for n, _, _, _ in out]
+    has_ab = "id" in names and "b_id" in names and not fk
+    mode = rng.random()
+    pk_def = None
+    unique = None
+    idx_sql = None
+    if mode < 0.5 and has_ab and a_pk and b_pk and inner:
+        pk_def = ["id", "b_id"]
+    elif mode < 0.5 and "id" in names and a_pk and b_unique and not b_preserved:
+        pk_def = ["id"]
+    elif mode < 0.8 and has_ab and a_pk and b_pk:
+        ucols = rng.sample(["id", "b_id"], 2)
+        idx_sql = "CREATE UNIQUE INDEX ON %%s (%s)%s" % (
+            ", ".join(ucols), " NULLS NOT DISTINCT" if rng.random() < 0.3 else "")
+        unique = ["id", "b_id"]
+    elif mode < 0.8 and fk and "id" in names and a_pk and not b_preserved:
+        pk_def = ["id"]
+    elif rng.random() < 0.6:
+        idx_sql = "CREATE INDEX ON %%s (%s)" % rng.choice(
+            [n for n in names if n in ("id", "b_id")] + key_out or names)
+    if pk_def:
+        unique = pk_def
+
+    col_list = rng.random() < 0.4
+    create_cols = list(out)
+    if col_list and rng.random() < 0.4:
+        rng.shuffle(create_cols)
+
+    def create(name):
+        defs = ["%s %s" % (n, d) for n, d, _, _ in create_cols]
+        if pk_def == ["id"] and defs[0] == "id int" and rng.random() < 0.5:
+            defs[0] = "id int PRIMARY KEY"
+        elif pk_def:
+            defs.append("PRIMARY KEY (%s)" % ", ".join(rng.sample(pk_def, len(pk_def))))
+        return "CREATE TABLE %s (%s);" % (name, ", ".join(defs))
+
+    def insert(name, inp):
+        la, ra = (inp, b) if a_left else (b, inp)
+        lq, rq = (qa, qb) if a_left else (qb, qa)
+        lq = la if lq in (a, b) else lq
+        rq = ra if rq in (a, b) else rq
+        s = "INSERT INTO %s%s SELECT %s FROM " % (
+            name, " (%s)" % ", ".join(n for n, _, _, _ in out) if col_list else "",
+            ", ".join(e for _, _, e, _ in out))
+        if jt == ",":
+            s += "%s, %s WHERE %s" % (ref(la, lq), ref(ra, rq), " AND ".join(conds + where))
+        else:
+            s += "%s %s %s ON %s" % (ref(la, lq), jt, ref(ra, rq), " AND ".join(conds))
+            if where:
+                s += " WHERE " + " AND ".join(where)
+        return s + ";"
+
+    stmts, created, final, inp = _target_stmts(rng, a, rng.choice(["t_join", "joined", "t_new"]),
+                                                create, insert)
+    if qa == a and inp != a:
+        # The source renamed out of the way: qualify with its new name.
+        stmts = [s.replace("%s." % a, "%s." % inp) if s.startswith("INSERT") else s
+                 for s in stmts]
+    if rng.random() < 0.5:
+        stmts.append("DROP TABLE %s;" % b)
+    else:
+        # The inputs dropped in the other order.
+        stmts.insert(stmts.index("DROP TABLE %s;" % inp), "DROP TABLE %s;" % b)
+    if idx_sql:
+        stmts = _place_indexes(rng, stmts, [(created, final, idx_sql)])
+    vals = {n: v for n, _, _, v in out if v}
+    t = UnitTable(final, [(n, d) for n, d, _, _ in create_cols], key_out, unique, vals,
+                  dim=key_out[0] if key_out else None,
+                  id_col="id" if "id" in names else None)
+    case.join_type = jt
+    return stmts, t
+
+
+def gen_unit_case(seed, kind, snapshots=False):
+    rng = random.Random("unit-case-%d" % seed)
+    LONG_COLS.clear()
+    case = Case()
+    case.seed = seed
+    case.kind = kind
+    case.name = "mig_%d" % seed
+    if kind == "group":
+        stmts, t = gen_group(rng, case)
+    else:
+        stmts, t = gen_join(rng, case)
+    # A live table of key values, for joins of the new table with it.
+    case.setup = []
+    if t.dim:
+        decl = t.decl[t.dim]
+        keys = list(t.vals[t.dim]) + [gen_value(rng, _gen_type(decl)) for _ in range(3)]
+        seen = []
+        for k in keys:
+            if k not in seen:
+                seen.append(k)
+        case.setup.append(("CREATE TABLE dim (k %s UNIQUE, label int)" % decl, None))
+        for i, k in enumerate(seen):
+            case.setup.append(("INSERT INTO dim VALUES (%s, %s)", [k, i % 4]))
+        case.setup.append(("INSERT INTO dim VALUES (NULL, 0)", None))
+    fkr = random.Random("fkey-%d" % seed)
+    stmts = _with_fkey(fkr, case, stmts)
+    # (A column the key's index holds is not dropped: the index would go.)
+    stmts = _with_alters(random.Random("alter-%d" % seed), stmts, case.src, case.src_cols,
+                         keep="\n".join(case.churn))
+    case.script = "\n".join(stmts)
+    case.tables = [t]
+    case.snapshots = snapshots
+    case.workload = (gen_unit_snapshot_workload if snapshots else gen_unit_workload)(rng, case)
+    _fkey_workload(fkr, case)
+    return case
+
+
+# ---------------------------------------------------------------------------
+# Workloads of GROUP BY and join cases
+
+def _is_array(decl):
+    return decl.endswith("[]")
+
+
+def _orderable(decl):
+    return not _is_array(decl) and base_type(decl) != "bool"
+
+
+def _pick(rng, t, c, null_p=0.0):
+    """A value for column c of t: mostly one the source gave it."""
+    decl = t.decl[c]
+    if rng.random() < null_p:
+        return None
+    vals = t.vals.get(c)
+    if vals and rng.random() < 0.85:
+        return rng.choice(vals)
+    if _is_array(decl):
+        return [gen_value(rng, _gen_type(decl[:-2])) for _ in range(rng.randint(1, 3))]
+    return gen_value(rng, _gen_type(decl))
+
+
+def unit_pred(rng, t):
+    """A WHERE clause on t: (text, params, single), single if it names one
+    row of t's primary key or unique index at most."""
+    scalar = [c for c in t.col_names() if not _is_array(t.decl[c])]
+    orderable = [c for c in scalar if _orderable(t.decl[c])]
+    r = rng.random()
+    if r < 0.35 and t.keys:
+        keys = list(t.keys)
+        if len(keys) > 1 and rng.random() < 0.3:
+            keys = [rng.choice(keys)]
+        parts, params = [], []
+        for k in keys:
+            v = _pick(rng, t, k, null_p=0.1)
+            if v is None:
+                parts.append("%s IS NULL" % k)
+            else:
+                parts.append("%s = %%s" % k)
+                params.append(v)
+        return " AND ".join(parts), params, False
+    if r < 0.47 and t.unique:
+        params = [_pick(rng, t, c) for c in t.unique]
+        return (" AND ".join("%s = %%s" % c for c in t.unique), params,
+                None not in params)
+    if r < 0.6:
+        c = rng.choice(scalar)
+        v = _pick(rng, t, c)
+        if v is None:
+            return "%s IS NULL" % c, [], False
+        if rng.random() < 0.2:
+            return "%s IS NOT DISTINCT FROM %%s" % c, [v], False
+        return "%s = %%s" % c, [v], False
+    if r < 0.75 and orderable:
+        c = rng.choice(orderable)
+        a, b = _pick(rng, t, c), _pick(rng, t, c)
+        if a is None or b is None:
+            return "%s IS NOT NULL" % c, [], False
+        if rng.random() < 0.3:
+            return "%s %s %%s" % (c, rng.choice(["<", ">=", ">"])), [a], False
+        lo, hi = a, b
+        try:
+            lo, hi = sorted([a, b])
+        except TypeError:
+            pass
+        return "%s BETWEEN %%s AND %%s" % c, [lo, hi], False
+    if r < 0.85:
+        c = rng.choice(t.keys or scalar)
+        vs = [v for v in (_pick(rng, t, c) for _ in range(rng.randint(1, 5))) if v is not None]
+        if not vs or _is_array(t.decl[c]):
+            return "%s IS NULL" % c, [], False
+        return "%s = ANY(%%s)" % c, [vs], False
+    arrays = [c for c in t.col_names() if _is_array(t.decl[c])]
+    if arrays and rng.random() < 0.4:
+        c = rng.choice(arrays)
+        if rng.random() < 0.5:
+            return "cardinality(%s) > %d" % (c, rng.randint(1, 4)), [], False
+        v = _pick(rng, t, c)
+        return "%%s = ANY(%s)" % c, [v[0] if v else None], False
+    c = rng.choice(scalar)
+    bt = base_type(t.decl[c])
+    if bt in NUMERIC_TYPES and rng.random() < 0.5:
+        return "%s %%%% %d = 0" % (c, rng.randint(2, 4)), [], False
+    return "%s IS %sNULL" % (c, rng.choice(["", "NOT "])), [], False
+
+
+def _set_expr(rng, t, c):
+    decl = t.decl[c]
+    if _is_array(decl):
+        return "NULL", []
+    return _val_expr(rng, c, decl)
+
+
+def _unit_row(rng, t):
+    vals = []
+    for c, d in t.cols:
+        null_p = 0.05 if t.unique and c in t.unique else 0.2
+        vals.append(_pick(rng, t, c, null_p))
+    return vals
+
+
+def gen_unit_stmt(rng, t, case):
+    """A statement on the new table of a unit case; .probe is a read of the
+    rows it addressed (for the snapshot variant)."""
+    cols = t.col_names()
+    order = "ORDER BY " + ", ".join(cols)
+    pred, params, single = unit_pred(rng, t)
+    probe = Stmt("SELECT * FROM %s WHERE %s" % (t.name, pred), params)
+    inline = rng.random() < 0.3
+    prepare = True if rng.random() < 0.15 else None
+    scalar = [c for c in cols if not _is_array(t.decl[c])]
+    # Columns an UPDATE may set: those of the unique key only by a
+    # statement on one row (two rows of one statement must not meet there).
+    settable = [c for c in cols if not (t.unique and c in t.unique and not single)]
+    st = None
+    r = rng.random()
+    if r < 0.2:
+        st = Stmt("SELECT * FROM %s WHERE %s" % (t.name, pred), params, prepare=prepare,
+                  inline=inline)
+    elif r < 0.25:
+        sel = rng.sample(cols, rng.randint(1, len(cols)))
+        st = Stmt("SELECT %s FROM %s WHERE %s" % (", ".join(sel), t.name, pred), params,
+                  inline=inline)
+    elif r < 0.29:
+        st = Stmt("SELECT * FROM %s %s LIMIT %d OFFSET %d"
+                  % (t.name, order, rng.randint(1, 20), rng.randint(0, 40)), ordered=True)
+    elif r < 0.34:
+        c = rng.choice(scalar)
+        aggs = "count(*), count(%s)" % c
+        if _orderable(t.decl[c]):
+            aggs += ", min(%s), max(%s)" % (c, c)
+        if base_type(t.decl[c]) in NUMERIC_TYPES:
+            aggs += ", sum(%s)" % c
+        st = Stmt("SELECT %s FROM %s WHERE %s" % (aggs, t.name, pred), params, inline=inline)
+    elif r < 0.44 and settable:
+        c = rng.choice(settable)
+        e, p = _set_expr(rng, t, c)
+        st = Stmt("UPDATE %s SET %s = %s WHERE %s%s" % (t.name, c, e, pred,
+                                                        rng.choice([" RETURNING *", ""])),
+                  p + params, prepare=prepare, inline=inline)
+    elif r < 0.52:
+        st = Stmt("DELETE FROM %s WHERE %s%s" % (t.name, pred,
+                                                 rng.choice([" RETURNING *", ""])),
+                  params, inline=inline)
+    elif r < 0.6:
+        st = Stmt("INSERT INTO %s (%s) VALUES (%s) RETURNING *"
+                  % (t.name, ", ".join(cols), ", ".join(["%s"] * len(cols))),
+                  _unit_row(rng, t), inline=inline)
+        probe = _probe_row(t, st.params)
+    elif r < 0.67 and t.unique:
+        vals = _unit_row(rng, t)
+        others = [c for c in cols if c not in t.unique]
+        if not others or rng.random() < 0.35:
+            action = "DO NOTHING"
+        else:
+            c = rng.choice(others)
+            action = "DO UPDATE SET %s = EXCLUDED.%s" % (c, c)
+            if rng.random() < 0.3:
+                e, p = _set_expr(rng, t, c)
+                if not p:
+                    action = "DO UPDATE SET %s = %s" % (c, e.replace(c, "%s.%s" % (t.name, c)))
+        st = Stmt("INSERT INTO %s (%s) VALUES (%s) ON CONFLICT (%s) %s RETURNING *"
+                  % (t.name, ", ".join(cols), ", ".join(["%s"] * len(cols)),
+                     ", ".join(t.unique), action), vals, prepare=prepare, inline=inline)
+        probe = _probe_row(t, vals)
+    elif r < 0.8:
+        st = _unit_join_stmt(rng, t, pred, params)
+    else:
+        st = _unit_more_stmt(rng, t, pred, params)
+    if st is None:
+        st = Stmt("SELECT * FROM %s WHERE %s" % (t.name, pred), params, inline=inline)
+    st.probe = probe
+    return st
+
+
+def _probe_row(t, vals):
+    parts, params = [], []
+    for c, v in zip(t.col_names(), vals):
+        if c in (t.unique or t.keys) and not _is_array(t.decl[c]):
+            if v is None:
+                parts.append("%s IS NULL" % c)
+            else:
+                parts.append("%s = %%s" % c)
+                params.append(v)
+    return Stmt("SELECT * FROM %s WHERE %s" % (t.name, " AND ".join(parts) or "true"), params)
+
+
+def _unit_join_stmt(rng, t, pred, params):
+    """The new table joined with live tables (dim: key values; side: ids
+    of the source), or with itself."""
+    cols = t.col_names()
+    tpred = re.sub(r"\b(%s)\b" % "|".join(map(re.escape, cols)), r"t.\1", pred)
+    r = rng.random()
+    label = rng.randint(0, 3)
+    if t.dim and r < 0.6:
+        d = t.dim
+        j = rng.random()
+        if j < 0.2:
+            return Stmt("SELECT t.*, d.label FROM %s t JOIN dim d ON d.k = t.%s WHERE d.label = %%s"
+                        % (t.name, d), [label], inline=rng.random() < 0.3)
+        if j < 0.3:
+            return Stmt("SELECT d.k, d.label, t.* FROM dim d LEFT JOIN %s t ON t.%s = d.k "
+                        "WHERE d.label = %%s" % (t.name, d), [label])
+        if j < 0.4:
+            return Stmt("SELECT * FROM %s WHERE %s IN (SELECT k FROM dim WHERE label = %%s)"
+                        % (t.name, d), [label])
+        if j < 0.48:
+            return Stmt("SELECT count(*) FROM %s t WHERE NOT EXISTS "
+                        "(SELECT 1 FROM dim d WHERE d.k = t.%s) AND %s" % (t.name, d, tpred),
+                        params)
+        # (Several rows: not a column of the unique key.)
+        free = [c for c in cols if c != d and c not in (t.unique or [])]
+        if j < 0.62 and free:
+            c = rng.choice(free)
+            e, p = _set_expr(rng, t, c)
+            e = re.sub(r"\b%s\b" % c, "t.%s" % c, e)
+            return Stmt("UPDATE %s t SET %s = %s FROM dim d WHERE d.k = t.%s AND d.label = %%s"
+                        % (t.name, c, e, d), p + [label])
+        if j < 0.75:
+            return Stmt("DELETE FROM %s t USING dim d WHERE d.k = t.%s AND d.k = %%s RETURNING t.*"
+                        % (t.name, d), [_pick(rng, t, d)])
+        if j < 0.85 and (not t.unique or t.unique == [d]):
+            return Stmt("INSERT INTO %s (%s) SELECT k FROM dim WHERE label = %%s%s"
+                        % (t.name, d, rng.choice(["", " ON CONFLICT DO NOTHING"])), [label])
+        return Stmt("SELECT x.%s, (SELECT d.label FROM dim d WHERE d.k = x.%s) FROM %s x WHERE %s"
+                    % (d, d, t.name, re.sub(r"\bt\.", "x.", tpred)), params)
+    if t.id_col and r < 0.8:
+        i = t.id_col
+        if rng.random() < 0.5:
+            return Stmt("SELECT t.*, s.tag FROM %s t JOIN side s ON s.id = t.%s WHERE s.tag = %%s"
+                        % (t.name, i), [rng.randint(0, 4)])
+        return Stmt("SELECT count(*) FROM %s t WHERE EXISTS "
+                    "(SELECT 1 FROM side s WHERE s.id = t.%s) AND %s" % (t.name, i, tpred), params)
+    k = rng.choice(t.keys or cols)
+    return Stmt("SELECT x.%s, count(*) FROM %s x JOIN %s y ON x.%s = y.%s WHERE %s GROUP BY x.%s"
+                % (k, t.name, t.name, k, k, re.sub(r"\bt\.", "x.", tpred), k), params)
+
+
+def _unit_more_stmt(rng, t, pred, params):
+    """CTEs, set operations, locking reads, INSERT ... SELECT."""
+    cols = t.col_names()
+    k = rng.choice(t.keys or cols)
+    r = rng.random()
+    if r < 0.2:
+        return Stmt("WITH x AS (SELECT * FROM %s WHERE %s) SELECT count(*) FROM x"
+                    % (t.name, pred), params, inline=rng.random() < 0.3)
+    if r < 0.35:
+        return Stmt("WITH d AS (DELETE FROM %s WHERE %s RETURNING *) SELECT count(*) FROM d"
+                    % (t.name, pred), params)
+    if r < 0.5:
+        p2, params2, _ = unit_pred(rng, t)
+        return Stmt("SELECT %s FROM %s WHERE %s UNION SELECT %s FROM %s WHERE %s"
+                    % (k, t.name, pred, k, t.name, p2), params + params2)
+    if r < 0.65:
+        return Stmt("SELECT * FROM %s WHERE %s FOR UPDATE" % (t.name, pred), params)
+    if r < 0.8:
+        # A copy of rows, their unique key moved out of the way.
+        sel = []
+        for c in cols:
+            if t.unique and c in t.unique and base_type(t.decl[c]) in ("int", "bigint"):
+                sel.append("%s + 1000000" % c)
+            else:
+                sel.append(c)
+        if t.unique and not [c for c in t.unique if base_type(t.decl[c]) in ("int", "bigint")]:
+            return Stmt("INSERT INTO %s (%s) SELECT %s FROM %s WHERE %s ON CONFLICT DO NOTHING"
+                        % (t.name, ", ".join(cols), ", ".join(cols), t.name, pred), params)
+        return Stmt("INSERT INTO %s (%s) SELECT %s FROM %s WHERE %s"
+                    % (t.name, ", ".join(cols), ", ".join(sel), t.name, pred), params)
+    return Stmt("SELECT %s, count(*) FROM %s WHERE %s GROUP BY %s" % (k, t.name, pred, k),
+                params)
+
+
+def gen_unit_workload(rng, case):
+    """gen_workload for a unit case: transactions, savepoints, cursors,
+    prepared statements and PL/pgSQL around gen_unit_stmt."""
+    t = case.tables[0]
+    out = []
+    in_tx = False
+    tx_left = 0
+    savepoint = False
+    cursors = 0
+    for _ in range(rng.randint(20, 45)):
+        if not in_tx and rng.random() < 0.12:
+            iso = rng.choice(["", " ISOLATION LEVEL REPEATABLE READ",
+                              " ISOLATION LEVEL SERIALIZABLE", " ISOLATION LEVEL READ COMMITTED"])
+            out.append(Stmt("BEGIN" + iso))
+            in_tx = True
+            tx_left = rng.randint(1, 4)
+            savepoint = False
+        if in_tx and not savepoint and rng.random() < 0.25:
+            out.append(Stmt("SAVEPOINT lf_sp"))
+            savepoint = True
+        if in_tx and rng.random() < 0.1:
+            cursors += 1
+            cur = "lf_cur%d" % cursors
+            pred, params, _ = unit_pred(rng, t)
+            out.append(Stmt("DECLARE %s CURSOR FOR SELECT * FROM %s WHERE %s ORDER BY %s"
+                            % (cur, t.name, pred, ", ".join(t.col_names())), params,
+                            ordered=True, inline=True))
+            out.append(Stmt("FETCH %d FROM %s" % (rng.randint(1, 5), cur), ordered=True))
+            out.append(Stmt("FETCH %d FROM %s" % (rng.randint(1, 5), cur), ordered=True))
+            out.append(Stmt("CLOSE %s" % cur))
+        else:
+            out.append(gen_unit_stmt(rng, t, case))
+        if in_tx:
+            tx_left -= 1
+            if savepoint and rng.random() < 0.4:
+                out.append(Stmt(rng.choice(["ROLLBACK TO SAVEPOINT lf_sp",
+                                            "RELEASE SAVEPOINT lf_sp"])))
+                savepoint = False
+            if tx_left <= 0:
+                out.append(Stmt(rng.choice(["COMMIT", "COMMIT", "ROLLBACK"])))
+                in_tx = False
+    if in_tx:
+        out.append(Stmt("COMMIT"))
+    # Prepared statements and PL/pgSQL (plan caching) by a column with values.
+    byval = [c for c in t.col_names() if c in t.vals and _orderable(t.decl[c])]
+    if byval:
+        c = rng.choice(byval)
+        for _ in range(rng.randint(0, 10)):
+            lo, hi = _pick(rng, t, c), _pick(rng, t, c)
+            try:
+                lo, hi = sorted([lo, hi])
+            except TypeError:
+                pass
+            out.insert(rng.randint(0, len(out)), Stmt(
+                "SELECT count(*), min(%s), max(%s) FROM %s WHERE %s BETWEEN %%s AND %%s"
+                % (c, c, t.name, c), [lo, hi], prepare=True))
+        decl = t.decl[c]
+        if rng.random() < 0.5:
+            fname = "lf_probe_%d" % case.seed
+            out.insert(0, Stmt(
+                "CREATE FUNCTION %s(v %s) RETURNS bigint LANGUAGE plpgsql AS "
+                "$f$ BEGIN RETURN (SELECT count(*) FROM %s WHERE %s = v); END $f$"
+                % (fname, decl, t.name, c)))
+            for _ in range(rng.randint(2, 8)):
+                out.insert(rng.randint(1, len(out)),
+                           Stmt("SELECT %s(%%s::%s)" % (fname, decl), [_pick(rng, t, c)]))
+        if rng.random() < 0.3:
+            fname = "lf_touch_%d" % case.seed
+            out.insert(0, Stmt(
+                "CREATE FUNCTION %s(v %s) RETURNS bigint LANGUAGE plpgsql AS "
+                "$f$ DECLARE n bigint; BEGIN UPDATE %s SET %s = %s WHERE %s = v; "
+                "GET DIAGNOSTICS n = ROW_COUNT; RETURN n; END $f$"
+                % (fname, decl, t.name, c, c, c)))
+            for _ in range(rng.randint(2, 8)):
+                out.insert(rng.randint(1, len(out)),
+                           Stmt("SELECT %s(%%s::%s)" % (fname, decl), [_pick(rng, t, c)]))
+    mode = rng.choice(["auto", "auto", "force_generic_plan", "force_custom_plan"])
+    if mode != "auto":
+        out.insert(0, Stmt("SET plan_cache_mode = %s" % mode))
+    if rng.random() < 0.3:
+        out.insert(rng.randint(len(out) // 2, len(out)),
+                   Stmt("SELECT count(*) FROM %s" % t.name))
+    return out
+
+
+def gen_unit_snapshot_workload(rng, case):
+    """gen_snapshot_workload for a unit case: session 1's snapshot, session
+    0's statements, then session 1 reads the rows they addressed."""
+    t = case.tables[0]
+    out = []
+    for _ in range(rng.randint(4, 9)):
+        iso = rng.choice(["REPEATABLE READ", "SERIALIZABLE"])
+        out.append(Stmt("BEGIN ISOLATION LEVEL " + iso, session=1))
+        out.append(Stmt("SELECT count(*) FROM side", session=1))
+        probes = []
+        for _ in range(rng.randint(1, 4)):
+            st = gen_unit_stmt(rng, t, case)
+            out.append(st)
+            probes.append(st.probe)
+        for _ in range(rng.randint(1, 3)):
+            if rng.random() < 0.6:
+                p = rng.choice(probes)
+                st = Stmt(p.text, p.params)
+            else:
+                st = gen_unit_stmt(rng, t, case)
+            st.session = 1
+            out.append(st)
+        out.append(Stmt(rng.choice(["COMMIT", "COMMIT", "ROLLBACK"]), session=1))
+        for _ in range(rng.randint(0, 2)):
+            out.append(gen_unit_stmt(rng, t, case))
+    extra = random.Random("snapshot-extras-%d" % case.seed)
+    if extra.random() < 0.4:
+        case.prestart = out[:2]
+        out = out[2:]
+    if extra.random() < 0.35:
+        spots = [i for i, st in enumerate(out) if st.session == 0]
+        if spots:
+            out.insert(extra.choice(spots) + 1, Stmt(COMPLETE))
+    return out
+
+
+# ---------------------------------------------------------------------------
 # Running
 
 def run_stmt(conn, st):
@@ -1002,15 +2090,21 @@ def public_tables(conn):
         "ORDER BY 1").fetchall()]
 
 
+def _load_table(conn, name, cols, rows, pk):
+    conn.execute("CREATE TABLE %s (id int%s, %s)" % (
+        name, " PRIMARY KEY" if pk else "", ", ".join("%s %s" % c for c in cols)))
+    names = ["id"] + [c for c, _ in cols]
+    with conn.cursor().copy("COPY %s (%s) FROM STDIN" % (name, ", ".join(names))) as cp:
+        for r in rows:
+            cp.write_row(r)
+
+
 def load_source(conn, case):
     conn.execute("SET TimeZone = 'UTC'")
-    conn.execute("CREATE TABLE %s (id int%s, %s)" % (
-        case.src, " PRIMARY KEY" if case.src_pk else "",
-        ", ".join("%s %s" % c for c in case.src_cols)))
-    cols = ["id"] + [c for c, _ in case.src_cols]
-    with conn.cursor().copy("COPY %s (%s) FROM STDIN" % (case.src, ", ".join(cols))) as cp:
-        for r in case.rows:
-            cp.write_row(r)
+    _load_table(conn, case.src, case.src_cols, case.rows, case.src_pk)
+    if getattr(case, "src_b", None):
+        # The other input of a join case.
+        _load_table(conn, case.src_b, case.src_b_cols, case.rows_b, case.src_b_pk)
     if getattr(case, "fk_action", None):
         # Every id a row or the workload can use (the fresh ones included).
         ids = [r[0] for r in case.rows if r[0] is not None] or [0]
@@ -1022,6 +2116,8 @@ def load_source(conn, case):
                     if getattr(case, "side_fk", False) else ""))
     conn.execute("INSERT INTO side SELECT DISTINCT id, id %% 5 FROM %s WHERE id %% 2 = 0"
                  % case.src)
+    for text, params in getattr(case, "setup", []):
+        conn.execute(text, params)
     for st in case.churn:
         conn.execute(st)
     conn.execute("ANALYZE")
@@ -1038,7 +2134,13 @@ def describe(case, upto=None):
                            else "::test_differential"), case.src,
                " PRIMARY KEY" if case.src_pk else "",
                ", ".join("%s %s" % c for c in case.src_cols), len(case.rows),
-               "".join("\nthen: " + c for c in case.churn)
+               ("\nsource %s(id int%s, %s), %d rows" % (
+                   case.src_b, " PRIMARY KEY" if case.src_b_pk else "",
+                   ", ".join("%s %s" % c for c in case.src_b_cols), len(case.rows_b))
+                if getattr(case, "src_b", None) else "")
+               + "".join("\nthen: %s%s" % (c, " %r" % (p,) if p else "")
+                         for c, p in getattr(case, "setup", []))
+               + "".join("\nthen: " + c for c in case.churn)
                + ("\nside.id references the source, ON DELETE CASCADE"
                   if getattr(case, "side_fk", False) else ""), case.script,
                "".join("before start: %r\n" % s for s in getattr(case, "prestart", []))
@@ -1146,14 +2248,16 @@ def minimize(cluster, case, budget=250, seconds=150):
         return case, None
     runs = 0
     deadline = time.monotonic() + seconds
-    for attr in ("workload", "rows"):
+    for attr in ("workload", "rows", "rows_b"):
+        if not hasattr(case, attr):
+            continue
         items = list(getattr(case, attr))
         chunk = max(1, len(items) // 2)
         while chunk >= 1 and runs < budget and time.monotonic() < deadline:
             i = 0
             while i < len(items) and runs < budget and time.monotonic() < deadline:
                 trial = items[:i] + items[i + chunk:]
-                if attr == "rows" and not trial:
+                if attr != "workload" and not trial:
                     i += chunk
                     continue
                 setattr(case, attr, trial)
@@ -1168,7 +2272,7 @@ def minimize(cluster, case, budget=250, seconds=150):
 
 
 SERIALIZATION_FAILURES = []   # (variant, seed, statement, run) where only the lazy run gave 40001
-CASES_RUN = {}                # variant -> cases that ran to the end
+CASES_RUN = {}                # variant, and "variant group|join" -> cases that ran to the end
 
 
 def _variant(case):
@@ -1238,7 +2342,8 @@ def _run_case(a, b, case, a2=None, b2=None):
         assert done, "the worker did not finish in 60s\n%s" % describe(case)
     else:
         remaining = b.execute("SELECT leapfrog.remaining(%s)", [case.name]).fetchone()[0]
-        assert 0 <= remaining <= len(case.rows), describe(case)
+        assert 0 <= remaining <= len(case.rows) + len(getattr(case, "rows_b", [])), \
+            describe(case)
         b.execute("SELECT leapfrog.complete(%s)", [case.name])
     sa = table_state(a, public_tables(a))
     sb = table_state(b, public_tables(b))
@@ -1260,6 +2365,9 @@ def _run_case(a, b, case, a2=None, b2=None):
     assert left == [], "leapfrog_retired not empty 15s after complete: %r\n%s" % (
         left, describe(case))
     CASES_RUN[_variant(case)] = CASES_RUN.get(_variant(case), 0) + 1
+    if case.kind in ("group", "join"):
+        key = "%s %s" % (_variant(case), case.kind)
+        CASES_RUN[key] = CASES_RUN.get(key, 0) + 1
 
 
 def _short(x, n=1500):
