@@ -9,6 +9,11 @@ NULL keys, WHERE and HAVING) and two-table join cases (inner, left, right or
 comma joins on one or two key columns, fan-out on both sides, NULL keys,
 keys of one side only), whose workloads address the new table by its unit
 key, by a column of either input and by aggregate values (gen_unit_workload).
+Some cases keep inputs live (_with_live: about 30% of the GROUP BY and join
+cases, 15% of the row mappings that drop their source and do not rename,
+alter or replace it): the script leaves out their DROP TABLE, and the
+workload also reads and writes them (values, group and join keys, deletes,
+inserts into existing and new groups); their final contents are compared too.
 Database A runs the script eagerly, in one transaction; database B hands it
 to leapfrog.start with the background worker off, so the workload's own
 statements migrate the rows.  Every statement's
@@ -475,6 +480,7 @@ def gen_case(seed, snapshots=False):
     case.snapshots = snapshots
     case.workload = (gen_snapshot_workload if snapshots else gen_workload)(rng, case)
     _fkey_workload(fkr, case)
+    _with_live(case)
     return case
 
 
@@ -1269,6 +1275,7 @@ def gen_group(rng, case):
     kcols = [(k, t) for k, t, _ in keys]
     cols, rows, pk = gen_unit_source(rng, "c", kcols, key_rows, rng.randint(2, 5))
     case.src, case.src_cols, case.rows, case.src_pk = src, cols, rows, pk
+    case.input_keys = {src: [k for k, _ in kcols]}
     key_nulls = key_null_p > 0
     vcols = cols[ngk:]
     nullable = [c for c, _ in vcols] + ([k for k, _ in kcols] if key_nulls else [])
@@ -1437,6 +1444,8 @@ def gen_join(rng, case):
         b_pk = True
     case.src, case.src_cols, case.rows, case.src_pk = a, a_cols, a_rows, a_pk
     case.src_b, case.src_b_cols, case.rows_b, case.src_b_pk = b, b_cols, b_rows, b_pk
+    case.input_keys = {a: [k for k, _ in a_keys], b: [k for k, _ in b_keys]}
+    case.b_unique = b_unique
     case.churn = gen_unit_churn(rng, a, a_cols, [c for c, _ in a_cols])
     case.churn += gen_unit_churn(rng, b, b_cols, [c for c, _ in b_cols])
     if not fk:
@@ -1643,6 +1652,7 @@ def gen_unit_case(seed, kind, snapshots=False):
     case.snapshots = snapshots
     case.workload = (gen_unit_snapshot_workload if snapshots else gen_unit_workload)(rng, case)
     _fkey_workload(fkr, case)
+    _with_live(case)
     return case
 
 
@@ -2042,6 +2052,176 @@ def gen_unit_snapshot_workload(rng, case):
 
 
 # ---------------------------------------------------------------------------
+# Inputs that stay live: a mapping's input that the script does not drop.
+
+# Shares of the cases whose script keeps one or both inputs (drawn from a
+# stream of their own, so that every seed keeps the rest of its case).
+LIVE_SHARE = {"group": 0.3, "join": 0.3, "rows": 0.15}
+
+
+def _live_inputs(case):
+    """The inputs whose DROP TABLE the script may leave out: dropped by name,
+    never renamed, altered or replaced by a table of their name."""
+    lines = case.script.split("\n")
+    out = []
+    for x in [case.src] + ([case.src_b] if getattr(case, "src_b", None) else []):
+        if lines.count("DROP TABLE %s;" % x) != 1:
+            continue
+        if any(re.match(r"(ALTER TABLE %s |CREATE TABLE %s |CREATE TABLE %s$)" % (x, x, x), l)
+               or l.endswith("RENAME TO %s;" % x) for l in lines):
+            continue
+        out.append(x)
+    return out
+
+
+def _with_live(case):
+    """Leave out the DROP TABLE of one or both inputs of some cases, and add
+    statements on them (reads, updates of values and keys, deletes, inserts
+    into existing groups or join keys and new ones) to the workload, mixed
+    with its statements on the new tables.  Eagerly the input is a table the
+    script only read; the final state compares it too (public_tables)."""
+    case.live = []
+    lr = random.Random("live-%d" % case.seed)
+    share = LIVE_SHARE.get(case.kind, LIVE_SHARE["rows"])
+    if lr.random() >= share:
+        return
+    cand = _live_inputs(case)
+    if not cand:
+        return
+    if len(cand) == 2 and lr.random() < 0.4:
+        live = cand
+    else:
+        live = [lr.choice(cand)]
+    lines = case.script.split("\n")
+    for x in live:
+        lines.remove("DROP TABLE %s;" % x)
+    case.script = "\n".join(lines)
+    case.live = live
+    keys = getattr(case, "input_keys", {})
+    for x in live:
+        if x == case.src:
+            cols, rows, pk = case.src_cols, case.rows, case.src_pk
+        else:
+            cols, rows, pk = case.src_b_cols, case.rows_b, case.src_b_pk
+        unique = getattr(case, "b_unique", False) and x == getattr(case, "src_b", None)
+        info = (x, [("id", "int")] + list(cols), rows, pk, keys.get(x, []), unique)
+        for _ in range(lr.randint(8, 20)):
+            st = _live_stmt(lr, info, case)
+            spots = [i for i, w in enumerate(case.workload) if w.session == 0] or [0]
+            # Before a statement of session 0, or at the end.
+            case.workload.insert(lr.choice(spots + [len(case.workload)]), st)
+
+
+def _live_stmt(rng, info, case):
+    name, cols, rows, pk, keys, unique = info
+    names = [c for c, _ in cols]
+    decl = dict(cols)
+    ids = [r[0] for r in rows if r[0] is not None] or [1]
+    max_id = max(ids)
+
+    def some_id():
+        return rng.choice(ids) if rng.random() < 0.85 else rng.randint(max_id + 1, max_id + 60)
+
+    def value(c):
+        if rng.random() < 0.1:
+            return None
+        if rng.random() < 0.6 and rows:
+            return rng.choice(rows)[names.index(c)]
+        return gen_value(rng, _gen_type(decl[c]))
+
+    def key_pred():
+        """A group or join key of a row (NULL ones too), or one no row has."""
+        if not keys:
+            c = rng.choice(names)
+            keys_ = [c]
+        else:
+            keys_ = keys
+        row = rng.choice(rows) if rows and rng.random() < 0.85 else None
+        parts, params = [], []
+        for k in keys_:
+            v = row[names.index(k)] if row else gen_value(rng, _gen_type(decl[k]))
+            if v is None:
+                parts.append("%s IS NULL" % k)
+            else:
+                parts.append("%s = %%s" % k)
+                params.append(v)
+        return " AND ".join(parts), params
+
+    values = [c for c in names if c != "id" and c not in keys]
+    ret = rng.choice(["", " RETURNING *", " RETURNING id"])
+    r = rng.random()
+    if r < 0.1:
+        return Stmt("SELECT * FROM %s WHERE id = %%s" % name, [some_id()])
+    if r < 0.2:
+        p, params = key_pred()
+        return Stmt("SELECT * FROM %s WHERE %s" % (name, p), params,
+                    inline=rng.random() < 0.3)
+    if r < 0.26:
+        g = ", ".join(keys) if keys else rng.choice(names)
+        return Stmt("SELECT %s, count(*), count(id), min(id), max(id) FROM %s GROUP BY %s"
+                    % (g, name, g))
+    if r < 0.3:
+        t = case.tables[0]
+        if "id" in t.col_names():
+            return Stmt("SELECT count(*), count(n.id) FROM %s s LEFT JOIN %s n ON n.id = s.id "
+                        "WHERE s.id %% %d = 0" % (name, t.name, rng.randint(1, 4)))
+        return Stmt("SELECT count(*) FROM %s" % name)
+    if r < 0.42 and values:
+        c = rng.choice(values)
+        return Stmt("UPDATE %s SET %s = %%s WHERE id = %%s%s" % (name, c, ret),
+                    [value(c), some_id()])
+    if r < 0.5 and values:
+        c = rng.choice(values)
+        p, params = key_pred()
+        return Stmt("UPDATE %s SET %s = %%s WHERE %s%s" % (name, c, p, ret),
+                    [value(c)] + params)
+    if r < 0.62 and keys:
+        # A row moves to another group or join key (existing or new).
+        row = rng.choice(rows) if rows else None
+        sets, params = [], []
+        for k in rng.sample(keys, rng.randint(1, len(keys))):
+            if k == "id":
+                sets.append("id = id + 100000")
+                continue
+            v = (row[names.index(k)] if row and rng.random() < 0.7
+                 else gen_value(rng, _gen_type(decl[k])) if rng.random() < 0.9 else None)
+            sets.append("%s = %%s" % k)
+            params.append(v)
+        return Stmt("UPDATE %s SET %s WHERE id = %%s%s" % (name, ", ".join(sets), ret),
+                    params + [some_id()])
+    if r < 0.66 and pk:
+        return Stmt("UPDATE %s SET id = id + 100000 WHERE id = %%s%s" % (name, ret),
+                    [some_id()])
+    if r < 0.74:
+        if rng.random() < 0.5:
+            return Stmt("DELETE FROM %s WHERE id = %%s%s" % (name, ret), [some_id()])
+        p, params = key_pred()
+        return Stmt("DELETE FROM %s WHERE %s%s" % (name, p, ret), params)
+    # A new row: in an existing group or join key (all the key of one row),
+    # or in a new one.
+    new_id = max_id + 100 + rng.randint(0, 5000)
+    row = rng.choice(rows) if rows else None
+    existing = row is not None and rng.random() < (0.3 if unique else 0.6)
+    vals = []
+    for c in names:
+        if c == "id":
+            vals.append(new_id if not (keys == ["id"] and existing) else row[0])
+        elif c in keys and existing:
+            vals.append(row[names.index(c)])
+        else:
+            vals.append(value(c))
+    n = 1 if rng.random() < 0.7 else 2
+    params = list(vals)
+    if n == 2:
+        vals2 = list(vals)
+        vals2[0] = new_id + 1 if vals[0] == new_id else new_id
+        params += vals2
+    return Stmt("INSERT INTO %s (%s) VALUES %s%s" % (
+        name, ", ".join(names), ", ".join(["(%s)" % ", ".join(["%s"] * len(names))] * n), ret),
+        params, inline=rng.random() < 0.2)
+
+
+# ---------------------------------------------------------------------------
 # Running
 
 def run_stmt(conn, st):
@@ -2342,7 +2522,10 @@ def _run_case(a, b, case, a2=None, b2=None):
         assert done, "the worker did not finish in 60s\n%s" % describe(case)
     else:
         remaining = b.execute("SELECT leapfrog.remaining(%s)", [case.name]).fetchone()[0]
-        assert 0 <= remaining <= len(case.rows) + len(getattr(case, "rows_b", [])), \
+        # (A live input's rows move twice: into the mappings, into its copy.)
+        bound = (len(case.rows) + len(getattr(case, "rows_b", []))) * (
+            2 if getattr(case, "live", None) else 1)
+        assert 0 <= remaining <= bound, \
             describe(case)
         b.execute("SELECT leapfrog.complete(%s)", [case.name])
     sa = table_state(a, public_tables(a))
@@ -2367,6 +2550,9 @@ def _run_case(a, b, case, a2=None, b2=None):
     CASES_RUN[_variant(case)] = CASES_RUN.get(_variant(case), 0) + 1
     if case.kind in ("group", "join"):
         key = "%s %s" % (_variant(case), case.kind)
+        CASES_RUN[key] = CASES_RUN.get(key, 0) + 1
+    if getattr(case, "live", None):
+        key = "%s live" % _variant(case)
         CASES_RUN[key] = CASES_RUN.get(key, 0) + 1
 
 
