@@ -377,8 +377,8 @@ unit_plan(LfMapping *m)
 			if (!OidIsValid(find_key_index(m, i, from, &up->lookup[i][from])))
 				ereport(ERROR,
 						(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-						 errmsg("leapfrog: no index on the key of input %s of mapping %d",
-								lf_relation_name(m->inputs[i]), m->id)));
+						 errmsg("leapfrog: no index on the key of input \"%s\" of mapping %d",
+								get_rel_name(m->inputs[i]), m->id)));
 	up->ready = true;
 	return up;
 }
