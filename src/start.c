@@ -1333,7 +1333,10 @@ run_script(StartState *st)
 		add_replacement_mapping(st, lfirst(lc));
 }
 
-/* Every mapping's input must have been retired by the script. */
+/*
+ * Every mapping's input has been retired, by the script's DROP TABLE or by
+ * keep_live_inputs; and no target was dropped by the script.
+ */
 static void
 check_inputs_retired(StartState *st)
 {
@@ -1345,10 +1348,8 @@ check_inputs_retired(StartState *st)
 
 		for (int i = 0; i < pm->ninputs; i++)
 			if (!list_member_oid(st->retired, pm->inputs[i]))
-				refuse(errmsg("mapping input \"%s\" is not dropped by the script",
-							  get_rel_name(pm->inputs[i])),
-					   errdetail("Inputs that stay live are not supported yet: add DROP TABLE %s to the script.",
-								 get_rel_name(pm->inputs[i])));
+				elog(ERROR, "leapfrog: mapping input \"%s\" was not retired",
+					 get_rel_name(pm->inputs[i]));
 		if (!OidIsValid(get_rel_namespace(pm->target)))
 			refuse(errmsg("mapping target dropped by the same script"));
 	}
