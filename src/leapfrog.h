@@ -224,6 +224,7 @@ extern void lf_catalog_log_progress(int migration_id, int64 n);
 extern int	lf_mapping_natts(Query *q);
 extern const char *lf_describe_units(LfMapping *m);
 extern int	lf_unit_input_index(LfMapping *m, Oid relid);
+extern LfMapping *lf_unit_mapping(LfMigration *mig, Oid input);
 extern Oid	lf_unit_index(LfMapping *m, int i);
 extern List *lf_units_of(LfMapping *m, int from, ItemPointer seeds, int nseeds,
 						 Snapshot snap);

@@ -418,23 +418,6 @@ typedef struct StepPlan
 	bool		ready;
 } StepPlan;
 
-/* The group or join mapping of mig that reads input, if any (start() lets
- * no other mapping read it). */
-static LfMapping *
-unit_mapping(LfMigration *mig, Oid input)
-{
-	ListCell   *lc;
-
-	foreach(lc, mig->mappings)
-	{
-		LfMapping  *m = lfirst(lc);
-
-		if (m->kind != LF_MAP_ROWS && lf_unit_input_index(m, input) >= 0)
-			return m;
-	}
-	return NULL;
-}
-
 /*
  * The step of a group or join mapping: INSERT INTO target SELECT <mapping>
  * with each input restricted to the claimed rows, ctid = ANY ($i) for input
@@ -498,7 +481,7 @@ step_plan(LfMigration *mig, Oid input)
 		return sp;
 	sp->ready = false;
 
-	um = unit_mapping(mig, input);
+	um = lf_unit_mapping(mig, input);
 
 	/*
 	 * INSERT INTO target SELECT <mapping> FROM retired WHERE ... AND ctid =
@@ -751,36 +734,35 @@ lock_unit_inputs(LfMapping *m)
 	return true;
 }
 
-/* Copy the claimed rows of every input of m (claimed, per input). */
+/* Copy the claimed rows of every input of m (claimed[i]: those of input i). */
 static void
-copy_units(LfMigration *mig, LfMapping *m, StepPlan *sp, Snapshot snap, LfUnit *claimed)
+copy_units(LfMigration *mig, LfMapping *m, StepPlan *sp, Snapshot snap, TidSet *claimed)
 {
 	ParamListInfo params = makeParamList(m->ninputs);
-	int			total = 0;
+	int			counts[2] = {0, 0};
 
 	for (int i = 0; i < m->ninputs; i++)
 	{
-		params->params[i].value = tid_array(claimed->tids[i], claimed->n[i]);
+		params->params[i].value = tid_array(claimed[i].tids, claimed[i].n);
 		params->params[i].isnull = false;
 		params->params[i].pflags = PARAM_FLAG_CONST;
 		params->params[i].ptype = TIDARRAYOID;
-		total += claimed->n[i];
+		counts[i] = claimed[i].n;
 	}
-	if (total > 0)
-		copy_claimed(mig, sp, snap, params, claimed->n);
+	if (counts[0] + counts[1] > 0)
+		copy_claimed(mig, sp, snap, params, counts);
 }
 
 /*
  * Delete the rows of the units that no other transaction is migrating,
- * without waiting; claimed gets them, per input.  A unit whose first row
- * is taken, or gone, is left whole.
+ * without waiting; claimed[i] gets those of input i.  A unit whose first
+ * row is taken, or gone, is left whole.
  */
 static void
-claim_units_nowait(LfMapping *m, Snapshot snap, List *units, LfUnit *claimed)
+claim_units_nowait(LfMapping *m, Snapshot snap, List *units, TidSet *claimed)
 {
 	CommandId	cid = GetCurrentCommandId(true);
 	Relation	rels[2];
-	int			cap[2] = {0, 0};
 	ListCell   *lc;
 
 	for (int i = 0; i < m->ninputs; i++)
@@ -807,14 +789,7 @@ claim_units_nowait(LfMapping *m, Snapshot snap, List *units, LfUnit *claimed)
 						 ItemPointerGetOffsetNumber(&u->tids[i][j]),
 						 RelationGetRelationName(rels[i]), (int) res);
 				first = false;
-				if (claimed->n[i] == cap[i])
-				{
-					cap[i] = Max(64, cap[i] * 2);
-					claimed->tids[i] = claimed->tids[i]
-						? repalloc(claimed->tids[i], cap[i] * sizeof(ItemPointerData))
-						: palloc(cap[i] * sizeof(ItemPointerData));
-				}
-				claimed->tids[i][claimed->n[i]++] = u->tids[i][j];
+				tidset_add(&claimed[i], &u->tids[i][j]);
 			}
 next_unit:
 		;
@@ -832,22 +807,21 @@ static uint64
 migrate_units(LfMigration *mig, LfMapping *m, Oid input, ItemPointer tids, int ntids,
 			  MigrateContext *mc)
 {
+	int			from = lf_unit_input_index(m, input);
+	TidSet		claimed[2] = {{CurrentMemoryContext}, {CurrentMemoryContext}};
 	StepPlan   *sp;
 	Snapshot	snap;
 	List	   *units;
-	LfUnit		claimed = {{0, 0}, {NULL, NULL}};
 	uint64		n = 0;
 
 	if (!lock_unit_inputs(m))
 		return 0;				/* completed meanwhile */
 	sp = step_plan(mig, input);
 	snap = step_snapshot();
-	units = lf_units_of(m, lf_unit_input_index(m, input), tids, ntids, snap);
+	units = lf_units_of(m, from, tids, ntids, snap);
 	for (int i = 0; i < m->ninputs; i++)
 	{
-		List	   *all = NIL;
-		ItemPointerData *rows;
-		int			nrows;
+		TidSet		rows = {CurrentMemoryContext, m->inputs[i]};
 		Relation	rel;
 		ListCell   *lc;
 
@@ -856,26 +830,22 @@ migrate_units(LfMigration *mig, LfMapping *m, Oid input, ItemPointer tids, int n
 			LfUnit	   *u = lfirst(lc);
 
 			for (int j = 0; j < u->n[i]; j++)
-				all = lappend(all, &u->tids[i][j]);
+				tidset_add(&rows, &u->tids[i][j]);
 		}
-		rows = palloc(sizeof(ItemPointerData) * Max(list_length(all), 1));
-		nrows = 0;
-		foreach(lc, all)
-			rows[nrows++] = *(ItemPointer) lfirst(lc);
-		qsort(rows, nrows, sizeof(ItemPointerData), tid_cmp);
+		tidset_sort_unique(&rows);
 		rel = table_open(m->inputs[i], NoLock);
-		claimed.n[i] = claim_tids(rel, snap, rows, nrows, &claimed.tids[i]);
+		claimed[i].n = claim_tids(rel, snap, rows.tids, rows.n, &claimed[i].tids);
 		table_close(rel, NoLock);
-		n += claimed.n[i];
+		n += claimed[i].n;
 	}
 	if (n > 0)
 	{
-		if (claimed.n[lf_unit_input_index(m, input)] > 0)
+		if (claimed[from].n > 0)
 		{
-			mc->tids = claimed.tids[lf_unit_input_index(m, input)];
-			mc->n = claimed.n[lf_unit_input_index(m, input)];
+			mc->tids = claimed[from].tids;
+			mc->n = claimed[from].n;
 		}
-		copy_units(mig, m, sp, snap, &claimed);
+		copy_units(mig, m, sp, snap, claimed);
 	}
 	UnregisterSnapshot(snap);
 	return n;
@@ -890,6 +860,9 @@ static uint64
 migrate_unit_range(LfMigration *mig, LfMapping *m, Oid input, BlockNumber lo, BlockNumber hi,
 				   LfClaim *claim, MigrateContext *mc)
 {
+	int			from = lf_unit_input_index(m, input);
+	TidSet		seeds = {CurrentMemoryContext, input};
+	TidSet		claimed[2] = {{CurrentMemoryContext}, {CurrentMemoryContext}};
 	StepPlan   *sp;
 	Relation	rel;
 	Snapshot	snap;
@@ -897,13 +870,6 @@ migrate_unit_range(LfMigration *mig, LfMapping *m, Oid input, BlockNumber lo, Bl
 				max;
 	TableScanDesc scan;
 	TupleTableSlot *slot;
-	List	   *seeds = NIL;
-	ItemPointerData *tids;
-	int			nseeds = 0;
-	int			from = lf_unit_input_index(m, input);
-	LfUnit		claimed = {{0, 0}, {NULL, NULL}};
-	uint64		n = 0;
-	ListCell   *lc;
 
 	if (!lock_unit_inputs(m))
 		return 0;
@@ -915,34 +881,23 @@ migrate_unit_range(LfMigration *mig, LfMapping *m, Oid input, BlockNumber lo, Bl
 	ItemPointerSet(&max, hi - 1, MaxOffsetNumber);
 	scan = table_beginscan_tidrange(rel, snap, &min, &max);
 	while (table_scan_getnextslot_tidrange(scan, ForwardScanDirection, slot))
-	{
-		ItemPointer tid = palloc(sizeof(ItemPointerData));
-
-		*tid = slot->tts_tid;
-		seeds = lappend(seeds, tid);
-	}
+		tidset_add(&seeds, &slot->tts_tid);
 	table_endscan(scan);
 	ExecDropSingleTupleTableSlot(slot);
 	table_close(rel, NoLock);
-	tids = palloc(sizeof(ItemPointerData) * Max(list_length(seeds), 1));
-	foreach(lc, seeds)
-		tids[nseeds++] = *(ItemPointer) lfirst(lc);
 
-	claim_units_nowait(m, snap, lf_units_of(m, from, tids, nseeds, snap), &claimed);
-	for (int i = 0; i < m->ninputs; i++)
-		n += claimed.n[i];
-	if (claimed.n[from] > 0)
+	claim_units_nowait(m, snap, lf_units_of(m, from, seeds.tids, seeds.n, snap), claimed);
+	if (claimed[from].n > 0)
 	{
-		claim->tids = MemoryContextAlloc(TopMemoryContext, sizeof(ItemPointerData) * claimed.n[from]);
-		memcpy(claim->tids, claimed.tids[from], sizeof(ItemPointerData) * claimed.n[from]);
-		claim->n = claimed.n[from];
+		claim->tids = MemoryContextAlloc(TopMemoryContext, sizeof(ItemPointerData) * claimed[from].n);
+		memcpy(claim->tids, claimed[from].tids, sizeof(ItemPointerData) * claimed[from].n);
+		claim->n = claimed[from].n;
 		mc->tids = claim->tids;
 		mc->n = claim->n;
 	}
-	if (n > 0)
-		copy_units(mig, m, sp, snap, &claimed);
+	copy_units(mig, m, sp, snap, claimed);
 	UnregisterSnapshot(snap);
-	return n;
+	return claimed[0].n + claimed[1].n;
 }
 
 /*
@@ -959,7 +914,7 @@ lf_migrate_range(LfMigration *mig, Oid input, BlockNumber lo, BlockNumber hi, Lf
 	StepPlan   *sp;
 	Relation	rel;
 	Snapshot	snap;
-	LfMapping  *um = unit_mapping(mig, input);
+	LfMapping  *um = lf_unit_mapping(mig, input);
 
 	if (um)
 	{
@@ -1012,7 +967,7 @@ lf_migrate_rows(LfMigration *mig, Oid input, ItemPointer tids, int ntids)
 	if (ntids == 0)
 		return 0;
 	push_context(&errcb, &mc);
-	if ((um = unit_mapping(mig, input)) != NULL)
+	if ((um = lf_unit_mapping(mig, input)) != NULL)
 	{
 		n = (int) migrate_units(mig, um, input, tids, ntids, &mc);
 		pop_context(&errcb);

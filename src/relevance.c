@@ -242,17 +242,11 @@ static const char *
 unit_desc(Oid input)
 {
 	LfMigration *mig = lf_migration_by_input(input);
-	ListCell   *lc;
+	LfMapping  *m = mig ? lf_unit_mapping(mig, input) : NULL;
 
-	if (mig)
-		foreach(lc, mig->mappings)
-		{
-			LfMapping  *m = lfirst(lc);
-
-			if (m->kind != LF_MAP_ROWS && lf_unit_input_index(m, input) >= 0)
-				return m->kind == LF_MAP_GROUPS ? ", whole groups" : ", whole join keys";
-		}
-	return "";
+	if (m == NULL)
+		return "";
+	return m->kind == LF_MAP_GROUPS ? ", whole groups" : ", whole join keys";
 }
 
 static void

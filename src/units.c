@@ -226,6 +226,25 @@ lf_unit_input_index(LfMapping *m, Oid relid)
 	return -1;
 }
 
+/*
+ * The group or join mapping of mig that reads input, if any (start() lets
+ * no other group or join mapping read it): its units are what migrates.
+ */
+LfMapping *
+lf_unit_mapping(LfMigration *mig, Oid input)
+{
+	ListCell   *lc;
+
+	foreach(lc, mig->mappings)
+	{
+		LfMapping  *m = lfirst(lc);
+
+		if (m->kind != LF_MAP_ROWS && lf_unit_input_index(m, input) >= 0)
+			return m;
+	}
+	return NULL;
+}
+
 /* ---------------------------------------------------------------------
  * Finding a unit's rows
  * ---------------------------------------------------------------------
