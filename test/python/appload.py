@@ -91,14 +91,25 @@ def start_migrations(conn):
 class Writer(threading.Thread):
     """Updates its own keys through the new schema; tracks committed effects."""
 
+    ledger = "ledger"           # the table a transaction records itself in
+
     def __init__(self, cluster, wid, nwriters, n_acct, n_orders, dbname, seed,
                  rr_fraction=0.2, think=0.002, max_txns=10 ** 6):
-        super().__init__(daemon=True, name="writer-%d" % wid)
+        self._init_tracking(cluster, wid, nwriters, dbname, seed, rr_fraction, think, max_txns)
+        self.n_acct = n_acct
+        self.n_orders = n_orders
+        self.acct_delta = {}      # id -> committed sum of deltas
+        self.order_delta = {}     # id -> committed sum of deltas
+        self.order_edits = {}     # id -> committed count of edits
+
+    def _init_tracking(self, cluster, wid, nwriters, dbname, seed, rr_fraction, think,
+                       max_txns, name="writer"):
+        """What every tracked writer keeps: its connection, its pace and what
+        it saw commit, abort or fail."""
+        super().__init__(daemon=True, name="%s-%d" % (name, wid))
         self.cluster = cluster
         self.wid = wid
         self.nw = nwriters
-        self.n_acct = n_acct
-        self.n_orders = n_orders
         self.dbname = dbname
         self.rng = random.Random(seed)
         self.rr_fraction = rr_fraction
@@ -107,9 +118,6 @@ class Writer(threading.Thread):
         self.stop_event = threading.Event()
         self.pause_event = threading.Event()    # set: finish the txn, then hold
         self.paused = threading.Event()         # set by the thread while holding
-        self.acct_delta = {}      # id -> committed sum of deltas
-        self.order_delta = {}     # id -> committed sum of deltas
-        self.order_edits = {}     # id -> committed count of edits
         self.committed = []       # txids whose COMMIT returned (or resolved committed)
         self.aborted_by_crash = 0
         self.in_doubt = 0
@@ -120,6 +128,7 @@ class Writer(threading.Thread):
         self.conn = None
         self.seq = 0
         self.verified_reads = 0
+        self.current = None
 
     # -- keys
     def _own(self, n):
@@ -171,7 +180,7 @@ class Writer(threading.Thread):
 
     def _resolve_in_doubt(self, tx):
         self._ensure_conn()
-        row = self.conn.execute("SELECT 1 FROM ledger WHERE txid = %s",
+        row = self.conn.execute("SELECT 1 FROM %s WHERE txid = %%s" % self.ledger,
                                 [tx["txid"]]).fetchone()
         if row:
             self.in_doubt_committed += 1
@@ -201,12 +210,7 @@ class Writer(threading.Thread):
                     time.sleep(0.01)
                 self.paused.clear()
             self.seq += 1
-            k = self.rng.randint(1, 3)
-            ids = sorted(set(self._own(self.n_acct) for _ in range(k)))
-            tx = {"txid": "w%d-%d" % (self.wid, self.seq), "ids": ids,
-                  "d": self.rng.choice([-7, -3, -1, 1, 2, 5, 11]),
-                  "oid": self._own(self.n_orders),
-                  "od": Decimal(self.rng.randint(-300, 300)) / 100}
+            tx = self._draw()
             iso = "REPEATABLE READ" if self.rng.random() < self.rr_fraction else "READ COMMITTED"
             for attempt in range(50):
                 outcome = self._one_txn(tx, iso)
@@ -217,6 +221,37 @@ class Writer(threading.Thread):
                 return
             if self.think:
                 time.sleep(self.think)
+
+    def _draw(self):
+        k = self.rng.randint(1, 3)
+        ids = sorted(set(self._own(self.n_acct) for _ in range(k)))
+        return {"txid": "w%d-%d" % (self.wid, self.seq), "ids": ids,
+                "d": self.rng.choice([-7, -3, -1, 1, 2, 5, 11]),
+                "oid": self._own(self.n_orders),
+                "od": Decimal(self.rng.randint(-300, 300)) / 100}
+
+    def _body(self, c, tx):
+        """The transaction's statements (its ledger row last)."""
+        self.current = "UPDATE acct"
+        cur = c.execute("UPDATE acct SET bal = bal + %s WHERE id = ANY(%s)",
+                        [tx["d"], tx["ids"]])
+        if cur.rowcount != len(tx["ids"]):
+            self.errors.append((tx["txid"], None, "UPDATE acct touched %d rows, want %d (ids %r)"
+                                % (cur.rowcount, len(tx["ids"]), tx["ids"])))
+        self.current = "UPDATE order_core"
+        cur = c.execute("UPDATE order_core SET amount = amount + %s WHERE id = %s",
+                        [tx["od"], tx["oid"]])
+        if cur.rowcount != 1:
+            self.errors.append((tx["txid"], None, "UPDATE order_core touched %d rows (id %d)"
+                                % (cur.rowcount, tx["oid"])))
+        self.current = "UPDATE order_info"
+        cur = c.execute("UPDATE order_info SET edits = edits + 1 WHERE id = %s", [tx["oid"]])
+        if cur.rowcount != 1:
+            self.errors.append((tx["txid"], None, "UPDATE order_info touched %d rows (id %d)"
+                                % (cur.rowcount, tx["oid"])))
+        self.current = "INSERT INTO ledger"
+        c.execute("INSERT INTO ledger VALUES (%s, %s, %s, %s, %s, %s)",
+                  [tx["txid"], self.wid, tx["ids"], tx["d"], tx["oid"], tx["od"]])
 
     def _one_txn(self, tx, iso):
         try:
@@ -230,26 +265,7 @@ class Writer(threading.Thread):
         self.current = "BEGIN"
         try:
             c.execute("BEGIN ISOLATION LEVEL " + iso)
-            self.current = "UPDATE acct"
-            cur = c.execute("UPDATE acct SET bal = bal + %s WHERE id = ANY(%s)",
-                            [tx["d"], tx["ids"]])
-            if cur.rowcount != len(tx["ids"]):
-                self.errors.append((tx["txid"], None, "UPDATE acct touched %d rows, want %d (ids %r)"
-                                    % (cur.rowcount, len(tx["ids"]), tx["ids"])))
-            self.current = "UPDATE order_core"
-            cur = c.execute("UPDATE order_core SET amount = amount + %s WHERE id = %s",
-                            [tx["od"], tx["oid"]])
-            if cur.rowcount != 1:
-                self.errors.append((tx["txid"], None, "UPDATE order_core touched %d rows (id %d)"
-                                    % (cur.rowcount, tx["oid"])))
-            self.current = "UPDATE order_info"
-            cur = c.execute("UPDATE order_info SET edits = edits + 1 WHERE id = %s", [tx["oid"]])
-            if cur.rowcount != 1:
-                self.errors.append((tx["txid"], None, "UPDATE order_info touched %d rows (id %d)"
-                                    % (cur.rowcount, tx["oid"])))
-            self.current = "INSERT INTO ledger"
-            c.execute("INSERT INTO ledger VALUES (%s, %s, %s, %s, %s, %s)",
-                      [tx["txid"], self.wid, tx["ids"], tx["d"], tx["oid"], tx["od"]])
+            self._body(c, tx)
             phase = "commit"
             self.current = "COMMIT"
             c.execute("COMMIT")
@@ -493,62 +509,22 @@ def load_unit_eager(conn):
     return groups, stock
 
 
-class UnitWriter(threading.Thread):
+class UnitWriter(Writer):
     """Updates a group of total and the ls rows of a stock row per
     transaction; tracks committed effects (writers own disjoint keys)."""
 
+    ledger = "unit_ledger"
+
     def __init__(self, cluster, wid, nwriters, group_keys, groups, stock, dbname, seed,
-                 rr_fraction=0.2, think=0.002):
-        super().__init__(daemon=True, name="unit-writer-%d" % wid)
-        self.cluster = cluster
-        self.wid = wid
-        self.dbname = dbname
-        self.rng = random.Random(seed)
-        self.rr_fraction = rr_fraction
-        self.think = think
+                 rr_fraction=0.2, think=0.002, max_txns=10 ** 6):
+        self._init_tracking(cluster, wid, nwriters, dbname, seed, rr_fraction, think,
+                            max_txns, name="unit-writer")
         self.my_groups = group_keys[wid::nwriters]
         self.my_sids = sorted(stock)[wid::nwriters]
         self.groups = groups            # (o, w) -> eager (nlines, amount, qty)
         self.stock = stock              # sid -> eager (rows in ls, sum of qty)
-        self.stop_event = threading.Event()
-        self.pause_event = threading.Event()
-        self.paused = threading.Event()
         self.gdelta = {}                # (o, w) -> committed sum of deltas to adj
         self.sdelta = {}                # sid -> committed sum of deltas to qty (each row)
-        self.committed = []
-        self.aborted_by_crash = 0
-        self.in_doubt = 0
-        self.in_doubt_committed = 0
-        self.retries = {"40001": 0, "40P01": 0}
-        self.errors = []
-        self.reconnects = 0
-        self.conn = None
-        self.seq = 0
-        self.verified_reads = 0
-        self.current = None
-
-    def _ensure_conn(self):
-        if self.conn is None or self.conn.closed or self.conn.broken:
-            if self.conn is not None:
-                self.reconnects += 1
-                try:
-                    self.conn.close()
-                except Exception:
-                    pass
-            self.conn = None
-            last = None
-            deadline = time.monotonic() + 90
-            while time.monotonic() < deadline:
-                try:
-                    c = self.cluster.connect(self.dbname, autocommit=True,
-                                             application_name="lf-writer-%d" % self.wid)
-                    c.execute("SET statement_timeout = '60s'")
-                    self.conn = c
-                    return
-                except psycopg.Error as e:
-                    last = e
-                    time.sleep(0.1)
-            raise RuntimeError("writer %d could not reconnect: %r" % (self.wid, last))
 
     @staticmethod
     def _group_where(key):
@@ -562,111 +538,26 @@ class UnitWriter(threading.Thread):
         self.sdelta[tx["sid"]] = self.sdelta.get(tx["sid"], 0) + tx["sd"]
         self.committed.append(tx["txid"])
 
-    def run(self):
-        try:
-            self._run()
-        except Exception:
-            self.errors.append(("fatal", None, traceback.format_exc()))
-        finally:
-            if self.conn is not None:
-                try:
-                    self.conn.close()
-                except Exception:
-                    pass
+    def _draw(self):
+        return {"txid": "u%d-%d" % (self.wid, self.seq),
+                "g": self.rng.choice(self.my_groups), "gd": self.rng.choice([-5, -1, 1, 3, 7]),
+                "sid": self.rng.choice(self.my_sids), "sd": self.rng.choice([-2, 1, 4])}
 
-    def _run(self):
-        while not self.stop_event.is_set():
-            if self.pause_event.is_set():
-                self.paused.set()
-                for _ in range(6000):
-                    if not self.pause_event.is_set() or self.stop_event.is_set():
-                        break
-                    time.sleep(0.01)
-                self.paused.clear()
-            self.seq += 1
-            tx = {"txid": "u%d-%d" % (self.wid, self.seq),
-                  "g": self.rng.choice(self.my_groups), "gd": self.rng.choice([-5, -1, 1, 3, 7]),
-                  "sid": self.rng.choice(self.my_sids), "sd": self.rng.choice([-2, 1, 4])}
-            iso = "REPEATABLE READ" if self.rng.random() < self.rr_fraction else "READ COMMITTED"
-            for _ in range(50):
-                outcome = self._one_txn(tx, iso)
-                if outcome != "retry":
-                    break
-                time.sleep(0.001 * self.rng.randint(1, 20))
-            if outcome == "error" and len(self.errors) > 20:
-                return
-            if self.think:
-                time.sleep(self.think)
-
-    def _one_txn(self, tx, iso):
-        try:
-            self._ensure_conn()
-        except RuntimeError as e:
-            self.errors.append((tx["txid"], None, str(e)))
-            self.stop_event.set()
-            return "error"
-        c = self.conn
-        phase = "body"
-        try:
-            self.current = "BEGIN"
-            c.execute("BEGIN ISOLATION LEVEL " + iso)
-            self.current = "UPDATE total"
-            where, args = self._group_where(tx["g"])
-            cur = c.execute("UPDATE total SET adj = adj + %s WHERE " + where, [tx["gd"]] + args)
-            if cur.rowcount != 1:
-                self.errors.append((tx["txid"], None, "UPDATE total touched %d rows (group %r)"
-                                    % (cur.rowcount, tx["g"])))
-            self.current = "UPDATE ls"
-            cur = c.execute("UPDATE ls SET qty = qty + %s WHERE sid = %s", [tx["sd"], tx["sid"]])
-            if cur.rowcount != self.stock[tx["sid"]][0]:
-                self.errors.append((tx["txid"], None, "UPDATE ls touched %d rows, want %d (sid %d)"
-                                    % (cur.rowcount, self.stock[tx["sid"]][0], tx["sid"])))
-            self.current = "INSERT INTO unit_ledger"
-            c.execute("INSERT INTO unit_ledger VALUES (%s, %s, %s, %s, %s, %s, %s)",
-                      [tx["txid"], self.wid, tx["g"][0], tx["g"][1], tx["gd"], tx["sid"], tx["sd"]])
-            phase = "commit"
-            self.current = "COMMIT"
-            c.execute("COMMIT")
-        except psycopg.Error as e:
-            st = getattr(e, "sqlstate", None)
-            if c.broken or c.closed or isinstance(e, psycopg.OperationalError) and st in (
-                    None, "57P01", "57P02", "57P03", "08006", "08003", "08000"):
-                if phase == "commit":
-                    self.in_doubt += 1
-                    for attempt in range(2):
-                        try:
-                            if attempt:
-                                self.conn = None
-                                time.sleep(0.5)
-                            self._ensure_conn()
-                            if self.conn.execute("SELECT 1 FROM unit_ledger WHERE txid = %s",
-                                                 [tx["txid"]]).fetchone():
-                                self.in_doubt_committed += 1
-                                self._apply(tx)
-                            break
-                        except (psycopg.Error, RuntimeError) as e2:
-                            if attempt:
-                                self.errors.append((tx["txid"], None,
-                                                    "in-doubt unresolved: %r" % (e2,)))
-                                self.stop_event.set()
-                                return "error"
-                else:
-                    self.aborted_by_crash += 1
-                return "crashed"
-            try:
-                c.execute("ROLLBACK")
-            except psycopg.Error:
-                pass
-            if st in RETRYABLE:
-                self.retries[st] += 1
-                return "retry"
-            self.errors.append((tx["txid"], st, "%s: %s (%s, in %s, at %.3f)" % (
-                type(e).__name__, e, iso, self.current, time.time())))
-            return "error"
-        self._apply(tx)
-        if self.rng.random() < 0.2:
-            self._verify(tx)
-        return "ok"
+    def _body(self, c, tx):
+        self.current = "UPDATE total"
+        where, args = self._group_where(tx["g"])
+        cur = c.execute("UPDATE total SET adj = adj + %s WHERE " + where, [tx["gd"]] + args)
+        if cur.rowcount != 1:
+            self.errors.append((tx["txid"], None, "UPDATE total touched %d rows (group %r)"
+                                % (cur.rowcount, tx["g"])))
+        self.current = "UPDATE ls"
+        cur = c.execute("UPDATE ls SET qty = qty + %s WHERE sid = %s", [tx["sd"], tx["sid"]])
+        if cur.rowcount != self.stock[tx["sid"]][0]:
+            self.errors.append((tx["txid"], None, "UPDATE ls touched %d rows, want %d (sid %d)"
+                                % (cur.rowcount, self.stock[tx["sid"]][0], tx["sid"])))
+        self.current = "INSERT INTO unit_ledger"
+        c.execute("INSERT INTO unit_ledger VALUES (%s, %s, %s, %s, %s, %s, %s)",
+                  [tx["txid"], self.wid, tx["g"][0], tx["g"][1], tx["gd"], tx["sid"], tx["sd"]])
 
     def _verify(self, tx):
         """Read the group and the stock row's rows back and compare."""
