@@ -93,6 +93,14 @@ RETURNS boolean
 AS 'MODULE_PATHNAME', 'leapfrog_wait'
 LANGUAGE C VOLATILE;
 
+-- Internal: may the statement's snapshot see the rows a migration's
+-- mappings compute?  Reads that compute the eager rows instead of migrating
+-- them call it (src/compute.c).
+CREATE FUNCTION leapfrog.sees_start(migration_id int, in_place boolean)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'leapfrog_sees_start'
+LANGUAGE C STRICT STABLE PARALLEL SAFE;
+
 CREATE VIEW leapfrog.migrations AS
 SELECT m.name,
        m.state,

@@ -24,6 +24,9 @@
 #include "access/xact.h"
 #include "catalog/dependency.h"
 #include "catalog/pg_class.h"
+#include "catalog/pg_extension.h"
+#include "commands/extension.h"
+#include "commands/sequence.h"
 #include "executor/spi.h"
 #include "executor/tuptable.h"
 #include "miscadmin.h"
@@ -98,6 +101,33 @@ lf_record_total(LfMigration *mig)
 }
 
 /* Drop the retired tables whose lock can be had now; the others are left. */
+/*
+ * A retired table and its sequences are members of the extension while
+ * they are retired (join), so that pg_dump leaves them out: the dump of
+ * the new tables holds their rows (compute.c).  Leaving (join false) lets
+ * them be dropped.
+ */
+void
+lf_retired_join_extension(Oid relid, bool join)
+{
+	List	   *rels = lcons_oid(relid, getOwnedSequences(relid));
+	ObjectAddress ext;
+	ListCell   *lc;
+
+	ObjectAddressSet(ext, ExtensionRelationId, get_extension_oid("leapfrog", false));
+	foreach(lc, rels)
+	{
+		ObjectAddress obj;
+
+		ObjectAddressSet(obj, RelationRelationId, lfirst_oid(lc));
+		if (join)
+			recordDependencyOn(&obj, &ext, DEPENDENCY_EXTENSION);
+		else
+			deleteDependencyRecordsForClass(RelationRelationId, lfirst_oid(lc),
+											ExtensionRelationId, DEPENDENCY_EXTENSION);
+	}
+}
+
 void
 lf_drop_retired(List *relids)
 {
@@ -112,6 +142,8 @@ lf_drop_retired(List *relids)
 			continue;
 		if (!OidIsValid(get_rel_namespace(relid)))
 			continue;			/* dropped meanwhile */
+		lf_retired_join_extension(relid, false);
+		CommandCounterIncrement();
 		ObjectAddressSet(addr, RelationRelationId, relid);
 		performDeletion(&addr, DROP_RESTRICT, PERFORM_DELETION_INTERNAL);
 	}

@@ -21,6 +21,13 @@ double		lf_background_yield = 0.0;
 int			lf_background_workers = 2;
 int			lf_lock_timeout = 50;
 int			lf_lock_retries = 40;
+int			lf_read_mode = LF_READ_MIGRATE;
+
+static const struct config_enum_entry read_mode_options[] = {
+	{"migrate", LF_READ_MIGRATE, false},
+	{"compute", LF_READ_COMPUTE, false},
+	{NULL, 0, false}
+};
 
 bool		lf_loaded = false;
 
@@ -72,6 +79,13 @@ lf_define_gucs(void)
 							"Attempts to take the locks of a switch before giving up.",
 							NULL, &lf_lock_retries, 40, 1, 100000,
 							PGC_USERSET, 0, NULL, NULL, NULL);
+	DefineCustomEnumVariable("leapfrog.read_mode",
+							 "How a plain read of a table under migration gets the rows not yet migrated.",
+							 "migrate: it migrates them, as a write does; compute: it computes them "
+							 "from the retired rows and writes nothing.  Standbys and read-only "
+							 "transactions always compute.",
+							 &lf_read_mode, LF_READ_MIGRATE, read_mode_options,
+							 PGC_USERSET, 0, NULL, NULL, NULL);
 	MarkGUCPrefixReserved("leapfrog");
 	lf_loaded = true;
 }

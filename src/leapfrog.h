@@ -12,6 +12,7 @@
  *	alter.c		which ALTER TABLE commands in a script are catalog changes
  *	replace.c	the lazy replacement of a table a script alters the slow way
  *	relevance.c	planner hook: which input rows a statement needs
+ *	compute.c	reads that compute the eager rows instead of migrating them
  *	estimate.c	planner size estimates of new tables while they fill
  *	scan.c		the LeapfrogMigrate custom scan that carries that plan
  *	migrate.c	ExecutorStart hook and the row migration step itself
@@ -33,6 +34,7 @@
 #include "miscadmin.h"
 #include "nodes/parsenodes.h"
 #include "nodes/plannodes.h"
+#include "optimizer/planner.h"
 #include "storage/itemptr.h"
 #include "storage/lockdefs.h"
 #include "utils/memutils.h"
@@ -82,6 +84,13 @@ extern double lf_background_yield;
 extern int	lf_background_workers;
 extern int	lf_lock_timeout;
 extern int	lf_lock_retries;
+
+typedef enum LfReadMode
+{
+	LF_READ_MIGRATE,			/* reads migrate the rows they need */
+	LF_READ_COMPUTE				/* plain reads compute them (compute.c) */
+} LfReadMode;
+extern int	lf_read_mode;
 
 #define LF_MAX_WORKERS 8		/* background workers per database */
 
@@ -269,14 +278,25 @@ extern void lf_replace_check_valid(LfReplacement *r);
 
 /* relevance.c */
 extern void lf_install_planner_hook(void);
+extern RangeTblEntry *lf_map_rte(LfMapping *m, RangeTblEntry *orig);
+extern Node *lf_raw_quals(Query *q, Node *quals);
 
 /* estimate.c */
 extern void lf_install_estimate_hook(void);
 
 /* scan.c */
 extern void lf_register_scan_methods(void);
-extern PlannedStmt *lf_wrap_plan(PlannedStmt *stmt, List *items);
+extern PlannedStmt *lf_wrap_plan(PlannedStmt *stmt, List *items, List *computes,
+								 Query *query);
 extern List *lf_plan_items(PlannedStmt *stmt);
+extern Query *lf_plan_query(PlannedStmt *stmt);
+
+/* compute.c */
+extern bool lf_compute_forced;	/* COPY ... TO of a new table (utility.c) */
+extern bool lf_compute_wanted(void);
+extern PlannedStmt *lf_compute_plan(Query *parse, const char *query_string,
+									int cursorOptions, ParamListInfo boundParams,
+									planner_hook_type next);
 
 /*
  * One relevance plan: returns the ctids of input rows of `input` that the
@@ -340,6 +360,7 @@ extern bool lf_try_complete(LfMigration *mig, List **analyze_later);
 extern void lf_complete_now(LfMigration *mig);
 extern void lf_analyze_targets(Oid owner, List *targets);
 extern void lf_drop_retired(List *relids);
+extern void lf_retired_join_extension(Oid relid, bool join);
 
 /* worker.c */
 extern void lf_shmem_request(void);

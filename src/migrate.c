@@ -1325,6 +1325,25 @@ prepare_statement(QueryDesc *qd, List *items)
 		use_snapshot(qd, RegisterSnapshot(GetTransactionSnapshot()), false, false);
 }
 
+/*
+ * The computing plan of qd's plain read, or NULL if it cannot be computed
+ * (then the planner hook plans it the migrating way again).
+ */
+static PlannedStmt *
+lf_replan_computing(QueryDesc *qd, int eflags)
+{
+	PlannedStmt *stmt;
+	int			options = 0;
+
+	if (qd->plannedstmt->parallelModeNeeded)
+		options |= CURSOR_OPT_PARALLEL_OK;
+	if (eflags & EXEC_FLAG_BACKWARD)
+		options |= CURSOR_OPT_SCROLL;
+	stmt = planner(copyObject(lf_plan_query(qd->plannedstmt)), qd->sourceText, options,
+				   qd->params);
+	return lf_plan_items(stmt) == NIL ? stmt : NULL;
+}
+
 static void
 lf_ExecutorStart(QueryDesc *qd, int eflags)
 {
@@ -1333,6 +1352,21 @@ lf_ExecutorStart(QueryDesc *qd, int eflags)
 	{
 		List	   *items = lf_plan_items(qd->plannedstmt);
 
+		/*
+		 * A plain read planned the migrating way, run where reads compute (a
+		 * cached plan, first run in a read-write transaction): plan it again,
+		 * the computing way.
+		 */
+		if (items != NIL && lf_plan_query(qd->plannedstmt) && lf_compute_wanted())
+		{
+			PlannedStmt *computed = lf_replan_computing(qd, eflags);
+
+			if (computed)
+			{
+				qd->plannedstmt = computed;
+				items = NIL;
+			}
+		}
 		if (items != NIL)
 			prepare_statement(qd, items);
 		else if (!lf_cache_valid || lf_recent_done != NIL)

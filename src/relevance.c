@@ -1063,27 +1063,25 @@ rewrite_integer_quals(Query *q)
 	q->jointree = (FromExpr *) raw_quals_mutator((Node *) q->jointree, &cx);
 }
 
+/* quals over q's mapping RTEs (lf_map_rte), with integer casts rewritten */
+Node *
+lf_raw_quals(Query *q, Node *quals)
+{
+	RawCtx		cx = {q};
+
+	return raw_quals_mutator(quals, &cx);
+}
+
+RangeTblEntry *
+lf_map_rte(LfMapping *m, RangeTblEntry *orig)
+{
+	return make_map_rte(m, orig);
+}
+
 /* ---------------------------------------------------------------------
  * The hook
  * ---------------------------------------------------------------------
  */
-static bool
-refs_target_walker(Node *node, void *cx)
-{
-	if (node == NULL)
-		return false;
-	if (IsA(node, RangeTblEntry))
-	{
-		RangeTblEntry *rte = (RangeTblEntry *) node;
-
-		return rte->rtekind == RTE_RELATION && lf_is_target(rte->relid);
-	}
-	if (IsA(node, Query))
-		return query_tree_walker((Query *) node, refs_target_walker, cx,
-								 QTW_EXAMINE_RTES_BEFORE);
-	return expression_tree_walker(node, refs_target_walker, cx);
-}
-
 /* Does the tree name a table that a foreign key of a new table references? */
 static bool
 refs_parent_walker(Node *node, void *cx)
@@ -1236,13 +1234,34 @@ plan_items(RelCtx *cx, PlannedStmt *stmt, ParamListInfo boundParams)
 	return items;
 }
 
+/* The new tables a Query names, at any level */
+static bool
+collect_targets_walker(Node *node, List **targets)
+{
+	if (node == NULL)
+		return false;
+	if (IsA(node, RangeTblEntry))
+	{
+		RangeTblEntry *rte = (RangeTblEntry *) node;
+
+		if (rte->rtekind == RTE_RELATION && lf_is_target(rte->relid))
+			*targets = list_append_unique_oid(*targets, rte->relid);
+		return false;
+	}
+	if (IsA(node, Query))
+		return query_tree_walker((Query *) node, collect_targets_walker, targets,
+								 QTW_EXAMINE_RTES_BEFORE);
+	return expression_tree_walker(node, collect_targets_walker, targets);
+}
+
 static PlannedStmt *
 lf_planner(Query *parse, const char *query_string, int cursorOptions,
 		   ParamListInfo boundParams)
 {
 	Query	   *copy = NULL;
+	Query	   *plain_read = NULL;
 	PlannedStmt *stmt;
-	List	   *targets;
+	List	   *targets = NIL;
 	RelCtx		cx = {0};
 	List	   *items;
 
@@ -1250,8 +1269,27 @@ lf_planner(Query *parse, const char *query_string, int cursorOptions,
 		return prev_planner ? prev_planner(parse, query_string, cursorOptions, boundParams)
 			: standard_planner(parse, query_string, cursorOptions, boundParams);
 
+	(void) collect_targets_walker((Node *) parse, &targets);
+
+	/*
+	 * A plain read computes the new tables' rows where it should not migrate
+	 * them (compute.c); planned the migrating way, it keeps its Query, in
+	 * case the plan runs where it cannot migrate (migrate.c).
+	 */
+	if (targets != NIL && parse->commandType == CMD_SELECT && !parse->hasModifyingCTE &&
+		!parse->hasForUpdate && lock_live_targets(targets) != NIL)
+	{
+		if (lf_compute_wanted())
+		{
+			stmt = lf_compute_plan(parse, query_string, cursorOptions, boundParams, prev_planner);
+			if (stmt)
+				return stmt;
+		}
+		plain_read = copyObject(parse);
+	}
+
 	/* statements on new tables; writes of tables their foreign keys reference */
-	if (refs_target_walker((Node *) parse, NULL) ||
+	if (targets != NIL ||
 		((parse->commandType != CMD_SELECT || parse->hasModifyingCTE) &&
 		 refs_parent_walker((Node *) parse, NULL)))
 		copy = copyObject(parse);
@@ -1267,7 +1305,7 @@ lf_planner(Query *parse, const char *query_string, int cursorOptions,
 		return stmt;
 	collect_items(copy, targets, &cx);
 	items = plan_items(&cx, stmt, boundParams);
-	return items ? lf_wrap_plan(stmt, items) : stmt;
+	return items ? lf_wrap_plan(stmt, items, NIL, plain_read) : stmt;
 }
 
 void

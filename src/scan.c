@@ -7,8 +7,10 @@
  * in custom_private, so they live and die with the plan: prepared
  * statements, PL/pgSQL and the plan cache keep them without knowing.  The
  * ExecutorStart hook (migrate.c) finds them there and runs them before the
- * executor starts.  At run time the node only forwards its child's tuples;
- * EXPLAIN shows what the statement migrates.
+ * executor starts.  A plan that computes the new tables' rows instead
+ * (compute.c) carries no relevance plan, only what EXPLAIN says of it.  At
+ * run time the node only forwards its child's tuples; EXPLAIN shows what the
+ * statement migrates or computes.
  *-------------------------------------------------------------------------
  */
 #include "leapfrog.h"
@@ -46,8 +48,15 @@ lf_register_scan_methods(void)
 	RegisterCustomScanMethods(&lf_scan_methods);
 }
 
+/*
+ * custom_private: (items, computes, query).  items: the relevance plans
+ * (LfItemField); computes: EXPLAIN's lines for the new tables the plan
+ * computes instead (compute.c); query: for a plain read planned the
+ * migrating way, its Query, which migrate.c plans the computing way when
+ * the plan runs where it cannot migrate.
+ */
 PlannedStmt *
-lf_wrap_plan(PlannedStmt *stmt, List *items)
+lf_wrap_plan(PlannedStmt *stmt, List *items, List *computes, Query *query)
 {
 	Plan	   *child = stmt->planTree;
 	CustomScan *cs = makeNode(CustomScan);
@@ -83,14 +92,14 @@ lf_wrap_plan(PlannedStmt *stmt, List *items)
 	cs->scan.scanrelid = 0;
 	cs->flags = ExecSupportsBackwardScan(child) ? CUSTOMPATH_SUPPORT_BACKWARD_SCAN : 0;
 	cs->custom_scan_tlist = scan_tlist;
-	cs->custom_private = items;
+	cs->custom_private = list_make3(items, computes, query);
 	cs->methods = &lf_scan_methods;
 	stmt->planTree = (Plan *) cs;
 	return stmt;
 }
 
-List *
-lf_plan_items(PlannedStmt *stmt)
+static List *
+plan_private(PlannedStmt *stmt)
 {
 	Plan	   *top = stmt->planTree;
 
@@ -98,6 +107,23 @@ lf_plan_items(PlannedStmt *stmt)
 		((CustomScan *) top)->methods == &lf_scan_methods)
 		return ((CustomScan *) top)->custom_private;
 	return NIL;
+}
+
+List *
+lf_plan_items(PlannedStmt *stmt)
+{
+	List	   *priv = plan_private(stmt);
+
+	return priv ? linitial(priv) : NIL;
+}
+
+/* The Query of a plain read planned the migrating way, or NULL */
+Query *
+lf_plan_query(PlannedStmt *stmt)
+{
+	List	   *priv = plan_private(stmt);
+
+	return priv ? lthird(priv) : NULL;
 }
 
 static Node *
@@ -142,11 +168,17 @@ lf_rescan(CustomScanState *node)
 static void
 lf_explain(CustomScanState *node, List *ancestors, ExplainState *es)
 {
-	List	   *items = ((CustomScan *) node->ss.ps.plan)->custom_private;
+	List	   *priv = ((CustomScan *) node->ss.ps.plan)->custom_private;
 	List	   *descs = NIL;
 	ListCell   *lc;
 
-	foreach(lc, items)
+	foreach(lc, (List *) linitial(priv))
 		descs = lappend(descs, lf_item_desc((List *) lfirst(lc)));
-	ExplainPropertyList("Migrates", descs, es);
+	if (descs != NIL)
+		ExplainPropertyList("Migrates", descs, es);
+	descs = NIL;
+	foreach(lc, (List *) lsecond(priv))
+		descs = lappend(descs, strVal(lfirst(lc)));
+	if (descs != NIL)
+		ExplainPropertyList("Computes", descs, es);
 }

@@ -861,6 +861,7 @@ retire(StartState *st, RawStmt *rs, Oid relid)
 	AlterTableNamespaceInternal(rel, RelationGetNamespace(rel), retired_nsp, moved);
 	free_object_addresses(moved);
 	table_close(rel, NoLock);
+	lf_retired_join_extension(relid, true);
 	CommandCounterIncrement();
 
 	remember_oid(st, &st->retired, relid);

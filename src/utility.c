@@ -2,20 +2,27 @@
  * utility.c
  *	  ProcessUtility hook: keep DDL and bulk paths off tables under migration.
  *
- * Some commands bypass the executor or would break the mapping: COPY reads
- * or writes the table directly (missing the unmigrated rows, or creating
- * key conflicts with them), TRUNCATE would let the unmigrated rows come back,
+ * Some commands bypass the executor or would break the mapping: COPY FROM
+ * writes the table directly (creating key conflicts with unmigrated rows),
+ * TRUNCATE would let the unmigrated rows come back,
  * ALTER TABLE changes the columns the stored mappings rely on, DROP would
  * lose the data; a trigger or rule would act on rows migrated later, which
  * eager would never have shown it.  They are refused, with every other DDL
  * on the new tables and on the retired ones (RENAME, CREATE INDEX, CREATE
  * POLICY), until the migration is done.
+ *
+ * COPY new_table TO (pg_dump's way to read a table) would read the table
+ * directly and miss the unmigrated rows: it becomes COPY (SELECT columns
+ * FROM ONLY new_table) TO, whose query computes them (compute.c).
  *-------------------------------------------------------------------------
  */
 #include "leapfrog.h"
 
 #include "access/xact.h"
 #include "catalog/namespace.h"
+#include "access/table.h"
+#include "nodes/makefuncs.h"
+#include "utils/rel.h"
 #include "commands/extension.h"
 #include "tcop/utility.h"
 #include "utils/lsyscache.h"
@@ -122,11 +129,94 @@ check_utility(Node *stmt)
 	}
 }
 
+/*
+ * COPY new_table [(columns)] TO ... as COPY (SELECT columns FROM ONLY
+ * new_table) TO ...: the same rows and columns, the same privileges checked
+ * (COPY of a table with row security does the same), computed.  NULL if
+ * the statement is not a COPY TO of a new table.
+ */
+static PlannedStmt *
+copy_to_as_query(PlannedStmt *pstmt)
+{
+	CopyStmt   *cs = (CopyStmt *) pstmt->utilityStmt;
+	CopyStmt   *n;
+	SelectStmt *sel;
+	RangeVar   *rv;
+	List	   *cols = cs->attlist;
+	PlannedStmt *result;
+	ListCell   *lc;
+	Oid			relid;
+
+	if (cs->is_from || cs->relation == NULL)
+		return NULL;
+	relid = RangeVarGetRelid(cs->relation, AccessShareLock, true);
+	if (!OidIsValid(relid) || !lf_is_target(relid))
+		return NULL;
+	if (cols == NIL)
+	{
+		Relation	rel = table_open(relid, NoLock);
+		TupleDesc	desc = RelationGetDescr(rel);
+
+		for (int i = 0; i < desc->natts; i++)
+			if (!TupleDescAttr(desc, i)->attisdropped)
+				cols = lappend(cols, makeString(pstrdup(NameStr(TupleDescAttr(desc, i)->attname))));
+		table_close(rel, NoLock);
+	}
+	sel = makeNode(SelectStmt);
+	foreach(lc, cols)
+	{
+		ResTarget  *rt = makeNode(ResTarget);
+		ColumnRef  *cr = makeNode(ColumnRef);
+
+		cr->fields = list_make1(makeString(pstrdup(strVal(lfirst(lc)))));
+		cr->location = -1;
+		rt->val = (Node *) cr;
+		rt->location = -1;
+		sel->targetList = lappend(sel->targetList, rt);
+	}
+	rv = copyObject(cs->relation);
+	rv->inh = false;
+	sel->fromClause = list_make1(rv);
+	n = copyObject(cs);
+	n->relation = NULL;
+	n->attlist = NIL;
+	n->query = (Node *) sel;
+	result = copyObject(pstmt);
+	result->utilityStmt = (Node *) n;
+	return result;
+}
+
 static void
 lf_ProcessUtility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTree,
 				  ProcessUtilityContext context, ParamListInfo params,
 				  QueryEnvironment *queryEnv, DestReceiver *dest, QueryCompletion *qc)
 {
+	if (IsA(pstmt->utilityStmt, CopyStmt) && IsTransactionState() && lf_any_active())
+	{
+		PlannedStmt *copy_to = copy_to_as_query(pstmt);
+
+		if (copy_to)
+		{
+			bool		forced = lf_compute_forced;
+
+			lf_compute_forced = true;
+			PG_TRY();
+			{
+				if (prev_ProcessUtility)
+					prev_ProcessUtility(copy_to, queryString, false, context, params,
+										queryEnv, dest, qc);
+				else
+					standard_ProcessUtility(copy_to, queryString, false, context, params,
+											queryEnv, dest, qc);
+			}
+			PG_FINALLY();
+			{
+				lf_compute_forced = forced;
+			}
+			PG_END_TRY();
+			return;
+		}
+	}
 	switch (nodeTag(pstmt->utilityStmt))
 	{
 		case T_AlterTableStmt:

@@ -72,7 +72,8 @@ SELECT public.regress_migrated('reads') AS migrated;
 -- locking read
 SELECT id, bal FROM acct WHERE id = 71 FOR UPDATE;
 SELECT public.regress_migrated('reads') AS migrated;
--- a read-only transaction reads unmigrated rows as well
+-- a read-only transaction reads unmigrated rows as well: it computes them
+-- from the retired table and migrates nothing (compute.c)
 BEGIN READ ONLY;
 SELECT id, owner, tier FROM acct WHERE id = 73;
 COMMIT;

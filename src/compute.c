@@ -1,0 +1,503 @@
+/*-------------------------------------------------------------------------
+ * compute.c
+ *	  Reads that compute the eager state instead of migrating rows.
+ *
+ * At any snapshot, a row still in its retired table is exactly a row not
+ * yet migrated (docs/design.md section 2).  So the eager contents of a new
+ * table at that snapshot are its own rows plus its mappings applied to the
+ * retired rows: a read can compute them without writing anything.  We do
+ * that where a statement cannot or should not write (lf_compute_wanted):
+ * on a hot standby, in a read-only transaction, for COPY ... TO (pg_dump),
+ * and everywhere with leapfrog.read_mode = compute.
+ *
+ * The planner hook (relevance.c) hands us the statement's Query; every
+ * occurrence of a new table becomes
+ *
+ *     (SELECT <columns> FROM ONLY new
+ *      UNION ALL SELECT <mapping 1 columns> FROM (<mapping 1>) WHERE gate
+ *      UNION ALL ...)
+ *
+ * with the columns in attribute order, so the statement's Vars keep their
+ * meaning.  The planner flattens a UNION ALL of simple queries into an
+ * append relation and pushes the statement's quals into every branch, and
+ * into a GROUP BY mapping when they touch only its grouping columns: a point
+ * query stays a point query on both sides.  The gate,
+ * leapfrog.sees_start(migration, in_place), is false under a snapshot older
+ * than start(), to which eagerly the new table was still empty (an input
+ * altered in place raises the error the migrating path raises).
+ *
+ * Privileges: the caller's on the new table are checked on the first
+ * branch, with the statement's own column set; the retired tables are the
+ * extension's, and a user allowed to read the new table may read what the
+ * mappings compute from them.  Row security of the new table applies to
+ * the whole union.
+ *
+ * A statement is computed only if it is a plain read of the new tables:
+ * SELECT without FOR UPDATE/SHARE on them, without their system columns
+ * (a union has none: ctid, xmin... would differ between the branches), and
+ * without a new table left in the plan that we did not rewrite (SQL
+ * functions the planner inlines).  Otherwise it takes the migrating path,
+ * which fails where migrating is impossible.
+ *-------------------------------------------------------------------------
+ */
+#include "leapfrog.h"
+
+#include "access/table.h"
+#include "access/xlog.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_type.h"
+#include "fmgr.h"
+#include "nodes/makefuncs.h"
+#include "nodes/nodeFuncs.h"
+#include "optimizer/planner.h"
+#include "parser/parse_func.h"
+#include "parser/parsetree.h"
+#include "optimizer/optimizer.h"
+#include "rewrite/rewriteManip.h"
+#include "utils/builtins.h"
+#include "utils/lsyscache.h"
+#include "utils/rel.h"
+#include "utils/snapmgr.h"
+
+bool		lf_compute_forced = false;
+
+typedef struct ComputeCtx
+{
+	bool		ok;				/* every occurrence can be computed */
+	int			rewritten;		/* occurrences replaced */
+	List	   *descs;			/* EXPLAIN's "Computes:" lines (String) */
+} ComputeCtx;
+
+/* Where a statement reads without migrating (see the file header). */
+bool
+lf_compute_wanted(void)
+{
+	return lf_compute_forced || lf_read_mode == LF_READ_COMPUTE ||
+		XactReadOnly || RecoveryInProgress();
+}
+
+/* Does the level (or a level below it) use a system column of rti? */
+typedef struct BadRef
+{
+	int			rti;
+	int			depth;
+} BadRef;
+
+static bool
+bad_ref_walker(Node *node, BadRef *br)
+{
+	if (node == NULL)
+		return false;
+	if (IsA(node, Var))
+	{
+		Var		   *v = (Var *) node;
+
+		return v->varno == br->rti && v->varlevelsup == br->depth && v->varattno < 0;
+	}
+	if (IsA(node, Query))
+	{
+		bool		r;
+
+		br->depth++;
+		r = query_tree_walker((Query *) node, bad_ref_walker, br, 0);
+		br->depth--;
+		return r;
+	}
+	return expression_tree_walker(node, bad_ref_walker, br);
+}
+
+static Oid
+sees_start_func(void)
+{
+	Oid			argtypes[2] = {INT4OID, BOOLOID};
+
+	return LookupFuncName(list_make2(makeString("leapfrog"), makeString("sees_start")),
+						  2, argtypes, false);
+}
+
+/* A Query: SELECT tlist FROM rte [WHERE quals] */
+static Query *
+simple_select(RangeTblEntry *rte, List *tlist, Node *quals)
+{
+	Query	   *q = makeNode(Query);
+	RangeTblRef *rtr = makeNode(RangeTblRef);
+
+	q->commandType = CMD_SELECT;
+	q->querySource = QSRC_ORIGINAL;
+	q->canSetTag = true;
+	q->rtable = list_make1(rte);
+	rtr->rtindex = 1;
+	q->jointree = makeFromExpr(list_make1(rtr), quals);
+	q->targetList = tlist;
+	return q;
+}
+
+static RangeTblEntry *
+subquery_rte(Query *sub, const char *name)
+{
+	RangeTblEntry *rte = makeNode(RangeTblEntry);
+	ListCell   *lc;
+
+	rte->rtekind = RTE_SUBQUERY;
+	rte->subquery = sub;
+	rte->eref = makeAlias(name, NIL);
+	foreach(lc, sub->targetList)
+		rte->eref->colnames = lappend(rte->eref->colnames,
+									  makeString(pstrdup(((TargetEntry *) lfirst(lc))->resname)));
+	rte->inFromCl = true;
+	return rte;
+}
+
+/* The extension reads the retired tables: no privilege check on them. */
+static bool
+clear_perms_walker(Node *node, void *cx)
+{
+	if (node == NULL)
+		return false;
+	if (IsA(node, RangeTblEntry))
+	{
+		RangeTblEntry *rte = (RangeTblEntry *) node;
+
+		if (rte->rtekind == RTE_RELATION)
+			rte->requiredPerms = 0;
+		return false;
+	}
+	if (IsA(node, Query))
+		return query_tree_walker((Query *) node, clear_perms_walker, cx,
+								 QTW_EXAMINE_RTES_BEFORE);
+	return expression_tree_walker(node, clear_perms_walker, cx);
+}
+
+/*
+ * The branch of mapping m: SELECT <its natts columns, with the target's
+ * collations> FROM (<m>) WHERE leapfrog.sees_start(...) [AND conjuncts].
+ * conjuncts: the statement's conditions on occurrence rti that a mapping
+ * column's integer cast would keep off the input's index (int -> bigint, the
+ * most common change): the planner pushes them down as they are, and we add
+ * them on the input's column (relevance.c's lf_raw_quals).  NULL if a
+ * column does not have the target's type (never expected: start() coerces).
+ */
+static Query *
+mapping_branch(LfMapping *m, LfMigration *mig, RangeTblEntry *orig, int rti,
+			   List *conjuncts, List *types, List *collations, Oid gate)
+{
+	RangeTblEntry *from = lf_map_rte(m, orig);
+	Query	   *branch;
+	List	   *tlist = NIL;
+	List	   *quals;
+	ListCell   *lc;
+	int			attno;
+	bool		in_place = list_member_oid(mig->in_place, m->input);
+
+	from->alias = NULL;
+	from->securityQuals = NIL;
+	from->security_barrier = false;
+	from->inFromCl = true;
+	(void) query_tree_walker(from->subquery, clear_perms_walker, NULL, QTW_EXAMINE_RTES_BEFORE);
+	for (attno = 1; attno <= m->natts; attno++)
+	{
+		TargetEntry *tle = list_nth(from->subquery->targetList, attno - 1);
+		Oid			type = list_nth_oid(types, attno - 1);
+		Oid			coll = list_nth_oid(collations, attno - 1);
+		Expr	   *e;
+
+		if (exprType((Node *) tle->expr) != type)
+			return NULL;
+		e = (Expr *) makeVar(1, attno, type, exprTypmod((Node *) tle->expr),
+							 exprCollation((Node *) tle->expr), 0);
+		if (exprCollation((Node *) e) != coll)
+			e = (Expr *) makeRelabelType(e, type, exprTypmod((Node *) e), coll,
+										 COERCE_IMPLICIT_CAST);
+		tlist = lappend(tlist, makeTargetEntry(e, attno, pstrdup(tle->resname), false));
+	}
+	quals = list_make1(makeFuncExpr(gate, BOOLOID,
+									list_make2(makeConst(INT4OID, -1, InvalidOid, 4,
+														 Int32GetDatum(mig->id), false, true),
+											   makeBoolConst(in_place, false)),
+									InvalidOid, InvalidOid, COERCE_EXPLICIT_CALL));
+	branch = simple_select(from, tlist, NULL);
+	foreach(lc, conjuncts)
+	{
+		Node	   *c = copyObject(lfirst(lc));
+		Node	   *raw;
+
+		ChangeVarNodes(c, rti, 1, 0);
+		raw = lf_raw_quals(branch, c);
+		if (!equal(raw, c))
+			quals = lappend(quals, raw);
+	}
+	branch->jointree->quals = (Node *) make_ands_explicit(quals);
+	return branch;
+}
+
+/* Does the tree reference a level above its own? */
+static bool
+outer_ref_walker(Node *node, int *depth)
+{
+	if (node == NULL)
+		return false;
+	if (IsA(node, Var))
+		return ((Var *) node)->varlevelsup > *depth;
+	if (IsA(node, PlaceHolderVar))
+		return ((PlaceHolderVar *) node)->phlevelsup > *depth;
+	if (IsA(node, Query))
+	{
+		bool		r;
+
+		(*depth)++;
+		r = query_tree_walker((Query *) node, outer_ref_walker, depth, 0);
+		(*depth)--;
+		return r;
+	}
+	return expression_tree_walker(node, outer_ref_walker, depth);
+}
+
+/*
+ * The WHERE conjuncts of level q on occurrence rti alone, where rti is a
+ * plain member of the FROM list (no outer join above it): they restrict its
+ * rows, in any branch.
+ */
+static List *
+own_conjuncts(Query *q, int rti)
+{
+	List	   *result = NIL;
+	bool		direct = false;
+	ListCell   *lc;
+
+	if (q->jointree == NULL || q->jointree->quals == NULL)
+		return NIL;
+	foreach(lc, q->jointree->fromlist)
+		if (IsA(lfirst(lc), RangeTblRef) && ((RangeTblRef *) lfirst(lc))->rtindex == rti)
+			direct = true;
+	if (!direct)
+		return NIL;
+	foreach(lc, make_ands_implicit((Expr *) q->jointree->quals))
+	{
+		Node	   *c = lfirst(lc);
+		Relids		rels = pull_varnos_of_level(NULL, c, 0);
+		int			depth = 0;
+
+		if (bms_membership(rels) == BMS_SINGLETON && bms_is_member(rti, rels) &&
+			!contain_volatile_functions(c) && !checkExprHasSubLink(c) &&
+			!outer_ref_walker(c, &depth))
+			result = lappend(result, c);
+	}
+	return result;
+}
+
+/*
+ * The union standing for occurrence orig of a new table, or NULL if it
+ * cannot be built.
+ */
+static RangeTblEntry *
+union_rte(RangeTblEntry *orig, int rti, List *conjuncts, List *mappings, ComputeCtx *cx)
+{
+	Relation	rel = table_open(orig->relid, NoLock);
+	TupleDesc	desc = RelationGetDescr(rel);
+	List	   *types = NIL,
+			   *typmods = NIL,
+			   *collations = NIL,
+			   *own_tlist = NIL,
+			   *top_tlist = NIL;
+	RangeTblEntry *own = copyObject(orig);
+	Query	   *u = makeNode(Query);
+	Node	   *setop = NULL;
+	RangeTblEntry *result;
+	Oid			gate = sees_start_func();
+	ListCell   *lc;
+	int			i;
+
+	for (i = 0; i < desc->natts; i++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, i);
+		Expr	   *e;
+		char	   *name = pstrdup(NameStr(att->attname));
+
+		/* start() maps a dropped column to NULL::int4 */
+		if (att->attisdropped)
+			e = (Expr *) makeNullConst(INT4OID, -1, InvalidOid);
+		else
+			e = (Expr *) makeVar(1, i + 1, att->atttypid, att->atttypmod, att->attcollation, 0);
+		types = lappend_oid(types, exprType((Node *) e));
+		typmods = lappend_int(typmods, exprTypmod((Node *) e));
+		collations = lappend_oid(collations, exprCollation((Node *) e));
+		own_tlist = lappend(own_tlist, makeTargetEntry(e, i + 1, name, false));
+		top_tlist = lappend(top_tlist,
+							makeTargetEntry((Expr *) makeVar(1, i + 1, exprType((Node *) e),
+															 exprTypmod((Node *) e),
+															 exprCollation((Node *) e), 0),
+											i + 1, name, false));
+	}
+
+	/* the table's own rows; the caller's privileges are checked here */
+	own->inFromCl = true;
+	own->securityQuals = NIL;
+	own->alias = NULL;
+	u->rtable = list_make1(subquery_rte(simple_select(own, own_tlist, NULL), "lf_rows"));
+
+	foreach(lc, mappings)
+	{
+		LfMapping  *m = lfirst(lc);
+		LfMigration *mig = lf_migration_by_input(m->input);
+		Query	   *branch = mig ? mapping_branch(m, mig, orig, rti, conjuncts, types, collations, gate) : NULL;
+		SetOperationStmt *op;
+		RangeTblRef *l,
+				   *r = makeNode(RangeTblRef);
+
+		if (branch == NULL)
+		{
+			table_close(rel, NoLock);
+			return NULL;
+		}
+		u->rtable = lappend(u->rtable, subquery_rte(branch, "lf_mapped"));
+		r->rtindex = list_length(u->rtable);
+		if (setop == NULL)
+		{
+			l = makeNode(RangeTblRef);
+			l->rtindex = 1;
+			setop = (Node *) l;
+		}
+		op = makeNode(SetOperationStmt);
+		op->op = SETOP_UNION;
+		op->all = true;
+		op->larg = setop;
+		op->rarg = (Node *) r;
+		op->colTypes = types;
+		op->colTypmods = typmods;
+		op->colCollations = collations;
+		setop = (Node *) op;
+		cx->descs = lappend(cx->descs,
+							makeString(psprintf("%s from %s", RelationGetRelationName(rel),
+												lf_relation_name(m->input))));
+	}
+	table_close(rel, NoLock);
+	if (setop == NULL)
+		return NULL;			/* no mapping left: the migration completed */
+
+	u->commandType = CMD_SELECT;
+	u->querySource = QSRC_ORIGINAL;
+	u->canSetTag = true;
+	u->jointree = makeFromExpr(NIL, NULL);
+	u->targetList = top_tlist;
+	u->setOperations = setop;
+
+	result = makeNode(RangeTblEntry);
+	result->rtekind = RTE_SUBQUERY;
+	result->subquery = u;
+	result->alias = orig->alias ? copyObject(orig->alias) : NULL;
+	result->eref = copyObject(orig->eref);
+	result->inFromCl = orig->inFromCl;
+	result->securityQuals = copyObject(orig->securityQuals);
+	result->security_barrier = orig->securityQuals != NIL;
+	return result;
+}
+
+/*
+ * Replace, in q and every level below it, each occurrence of a new table by
+ * its union.  The levels below are done first, so the unions we build are
+ * never visited.
+ */
+static bool
+rewrite_walker(Node *node, ComputeCtx *cx)
+{
+	Query	   *q;
+	ListCell   *lc;
+
+	if (node == NULL || !cx->ok)
+		return false;
+	if (!IsA(node, Query))
+		return expression_tree_walker(node, rewrite_walker, cx);
+	q = (Query *) node;
+	(void) query_tree_walker(q, rewrite_walker, cx, 0);
+	foreach(lc, q->rtable)
+	{
+		RangeTblEntry *rte = lfirst(lc);
+		int			rti = foreach_current_index(lc) + 1;
+		BadRef		br = {rti, 0};
+		RangeTblEntry *u;
+
+		if (rte->rtekind != RTE_RELATION || !lf_is_target(rte->relid))
+			continue;
+		if (q->resultRelation == rti || get_parse_rowmark(q, rti) != NULL ||
+			rte->tablesample != NULL ||
+			query_tree_walker(q, bad_ref_walker, &br, 0))
+		{
+			cx->ok = false;
+			return false;
+		}
+		u = union_rte(rte, rti, own_conjuncts(q, rti), lf_mappings_for_target(rte->relid), cx);
+		if (u == NULL)
+		{
+			cx->ok = false;
+			return false;
+		}
+		lfirst(lc) = u;
+		cx->rewritten++;
+	}
+	return false;
+}
+
+/* How many times the plan reads new tables */
+static int
+target_scans(PlannedStmt *stmt)
+{
+	ListCell   *lc;
+	int			n = 0;
+
+	foreach(lc, stmt->rtable)
+	{
+		RangeTblEntry *rte = lfirst(lc);
+
+		if (rte->rtekind == RTE_RELATION && lf_is_target(rte->relid))
+			n++;
+	}
+	return n;
+}
+
+/*
+ * Plan parse (a plain read of new tables, not modified) the computing way,
+ * or return NULL if it cannot be computed.  The caller has locked the
+ * retired inputs of the new tables it reads, and the cache is current.
+ */
+PlannedStmt *
+lf_compute_plan(Query *parse, const char *query_string, int cursorOptions,
+				ParamListInfo boundParams, planner_hook_type next)
+{
+	Query	   *copy;
+	ComputeCtx	cx = {true, 0, NIL};
+	PlannedStmt *stmt;
+
+	if (parse->commandType != CMD_SELECT || parse->hasModifyingCTE || parse->hasForUpdate)
+		return NULL;
+	copy = copyObject(parse);
+	(void) rewrite_walker((Node *) copy, &cx);
+	if (!cx.ok || cx.rewritten == 0)
+		return NULL;
+	stmt = next ? next(copy, query_string, cursorOptions, boundParams)
+		: standard_planner(copy, query_string, cursorOptions, boundParams);
+	/* a new table read by an inlined SQL function was not rewritten */
+	if (target_scans(stmt) != cx.rewritten)
+		return NULL;
+	return lf_wrap_plan(stmt, NIL, cx.descs, NULL);
+}
+
+/*
+ * leapfrog.sees_start(migration, in_place): may the statement's snapshot see
+ * the rows a mapping computes?  Not if it predates start(): eagerly, the new
+ * table was empty to it; and for a table altered in place it would see the
+ * rows in the table itself, which is the error the migrating path gives.
+ */
+PG_FUNCTION_INFO_V1(leapfrog_sees_start);
+Datum
+leapfrog_sees_start(PG_FUNCTION_ARGS)
+{
+	LfMigration *mig = lf_migration_by_id(PG_GETARG_INT32(0));
+
+	if (mig == NULL || !ActiveSnapshotSet() || lf_xact_visible(&mig->started, GetActiveSnapshot()))
+		PG_RETURN_BOOL(true);
+	if (PG_GETARG_BOOL(1))
+		lf_snapshot_predates(mig->name,
+							 "the transaction's snapshot predates its start, and eagerly it "
+							 "would see the rows of the table altered in place.");
+	PG_RETURN_BOOL(false);
+}
