@@ -96,6 +96,7 @@ typedef struct StartState
 	List	   *retired_names;	/* their original qualified names */
 	List	   *mappings;		/* PendingMapping */
 	List	   *replacements;	/* LfReplacement (replace.c) */
+	List	   *notices;		/* (table, why) of each, told once it succeeded */
 } StartState;
 
 #define refuse(...) \
@@ -1005,9 +1006,12 @@ replace_table(StartState *st, RawStmt *rs, Oid relid, const char *why)
 	LfReplacement *r;
 
 	lf_refuse_if_migrating(relid, get_rel_name(relid), "alter");
-	ereport(NOTICE,
-			(errmsg("table \"%s\" is replaced lazily", get_rel_name(relid)),
-			 errdetail("%s.", why)));
+	{
+		MemoryContext old = MemoryContextSwitchTo(st->cxt);
+
+		st->notices = lappend(st->notices, list_make2(get_rel_name(relid), pstrdup(why)));
+		MemoryContextSwitchTo(old);
+	}
 	r = lf_replace_begin(relid, why);
 	retire(st, rs, relid);
 	lf_replace_switch(r);
@@ -1403,6 +1407,7 @@ switch_attempt(void *arg)
 	StartState *st = arg;
 
 	st->created = st->retired = st->retired_names = st->mappings = st->replacements = NIL;
+	st->notices = NIL;
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	lock_dropped_tables(st);
@@ -1505,6 +1510,7 @@ Datum
 leapfrog_start(PG_FUNCTION_ARGS)
 {
 	StartState	st = {0};
+	ListCell   *lc;
 	instr_time	t0,
 				t1;
 
@@ -1533,6 +1539,10 @@ leapfrog_start(PG_FUNCTION_ARGS)
 	check_statement_kinds(&st);
 
 	lf_with_lock_retries(switch_attempt, &st, "the migration switch");
+	foreach(lc, st.notices)
+		ereport(NOTICE,
+				(errmsg("table \"%s\" is replaced lazily", (char *) linitial(lfirst(lc))),
+				 errdetail("%s.", (char *) lsecond(lfirst(lc)))));
 
 	lf_invalidate_all();
 	if (st.mappings != NIL)
