@@ -10,7 +10,10 @@ cluster.conf, included by postgresql.conf; with preload (the default when
     c.destroy()
 
 As root, every server program runs as the postgres OS user (initdb refuses
-root); clients connect over the socket as database user postgres.  A cluster
+root); clients connect over the socket as database user postgres, and client
+programs (pg_dump, pg_restore, psql) run with run_client().  A running
+cluster can be copied into a hot standby of itself (standby():
+pg_basebackup -R over the socket, WAL streamed; wait_replay()).  A cluster
 can start from a copy of an initialised data directory (template, made once
 with make_template), which is much cheaper than initdb each time.  The crash
 helpers kill processes the way a crash would (one backend, the leapfrog
@@ -282,14 +285,21 @@ class Cluster:
         pm = self.postmaster_pid()
         return [pm] + _children_of(pm) if pm else []
 
+    def is_standby(self):
+        """True for a standby (standby.signal in its data directory)."""
+        return (self.datadir / "standby.signal").exists()
+
     def wait_ready(self, timeout=60):
         """Wait until a connection succeeds and recovery is over (after a
-        crash the postmaster reinitialises by itself)."""
+        crash the postmaster reinitialises by itself); a standby stays in
+        recovery: for it, until it accepts read-only connections."""
+        standby = self.is_standby()
+
         def ready():
             try:
                 with psycopg.connect(self.dsn("postgres"), autocommit=True,
                                      connect_timeout=2) as c:
-                    return not c.execute("SELECT pg_is_in_recovery()").fetchone()[0]
+                    return c.execute("SELECT pg_is_in_recovery()").fetchone()[0] == standby
             except psycopg.OperationalError:
                 return False
         wait_until(ready, timeout, interval=0.1, what="server to accept connections")
@@ -344,6 +354,49 @@ class Cluster:
 
     def pgbench_conn_args(self, dbname):
         return ["-h", str(self.sockdir), "-p", str(self.port), "-U", DB_USER, dbname]
+
+    def run_client(self, program, args, dbname=None, timeout=120, check=True):
+        """A client program of the installation (pg_dump, pg_restore, psql,
+        pg_basebackup), connected over the socket as DB_USER (to dbname with
+        -d, if given), run as the server's OS user: files it writes or reads
+        belong in the cluster's directory (self.base).  The CompletedProcess."""
+        conn = ["-h", str(self.sockdir), "-p", str(self.port), "-U", DB_USER]
+        if dbname:
+            conn += ["-d", dbname]
+        return run_as_server([self.bindir / program] + conn + list(args),
+                             timeout=timeout, check=check, cwd=self.dir)
+
+    # ---- replication -----------------------------------------------------
+    def standby(self, settings=None, name="standby", timeout=120):
+        """A hot standby of this running cluster, not started yet: a base
+        backup (pg_basebackup -R: standby.signal and primary_conninfo, WAL
+        streamed) in a directory of its own, next to this one, with this
+        cluster's settings and the given ones, its own port and socket.
+        A replication connection over the socket must be allowed (initdb's
+        pg_hba.conf does, with trust).  Start it with start(); wait_replay()
+        waits until it has replayed what the primary wrote; destroy() it."""
+        sb = Cluster(settings={**self.settings, **(settings or {})}, preload=self.leapfrog,
+                     name="%s-%s" % (self.base.name, name), workdir=str(self.base.parent),
+                     keep=self.keep, log=self.log)
+        try:
+            self.run_client("pg_basebackup",
+                            ["-D", sb.datadir, "-R", "-X", "stream", "-c", "fast",
+                             "--no-sync", "-w"], timeout=timeout)
+            # The copy has the primary's cluster.conf (port, socket): its own.
+            sb._write_conf()
+        except BaseException:
+            sb.destroy()
+            raise
+        return sb
+
+    def wait_replay(self, primary, timeout=60):
+        """On a standby: wait until it has replayed the primary's WAL up to
+        the primary's current write position (every commit made so far)."""
+        lsn = primary.sql("SELECT pg_current_wal_lsn()::text")[0][0]
+        wait_until(lambda: self.sql("SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn",
+                                    [lsn])[0][0],
+                   timeout, interval=0.02, what="the standby to replay up to %s" % lsn)
+        return lsn
 
     # ---- the server log --------------------------------------------------
     def log_text(self):

@@ -1,7 +1,8 @@
 """Fixtures of the Leapfrog Python tests: throwaway clusters.
 
 Every test gets clusters of its own from ``make_cluster`` (or, for a module,
-``module_cluster_factory``), with its own GUCs, e.g.
+``module_cluster_factory``; hot standbys of a module's cluster from
+``module_standby_factory``), with its own GUCs, e.g.
 
     c = make_cluster(**{"leapfrog.background": "off"})
 
@@ -81,6 +82,25 @@ def module_cluster_factory(pg_template, request):
     yield make
     for c in clusters:
         c.destroy()
+
+
+@pytest.fixture(scope="module")
+def module_standby_factory(module_cluster_factory):
+    """Factory: make(primary, **gucs) -> a started hot standby of primary
+    (Cluster.standby: pg_basebackup -R, leapfrog preloaded as on the
+    primary, the primary's GUCs and the given ones); destroyed before the
+    module's clusters."""
+    standbys = []
+
+    def make(primary, **gucs):
+        s = primary.standby(settings=gucs)
+        standbys.append(s)
+        s.start()
+        return s
+
+    yield make
+    for s in standbys:
+        s.destroy()
 
 
 def pytest_terminal_summary(terminalreporter):
