@@ -58,8 +58,13 @@ def main():
     ap.add_argument("--profile", default="quick", choices=["smoke", "quick", "full"])
     ap.add_argument("--out", help="output directory (default bench/out/<profile>-<time>)")
     ap.add_argument("--migrations", help="comma list of split,aggregate,join")
-    ap.add_argument("--strategies", help="comma list of baseline,eager,multistep,lazy,lazy_nobg")
+    ap.add_argument("--strategies",
+                    help="comma list of baseline,eager,multistep,lazy,lazy_nobg,lazy_compute")
     ap.add_argument("--loads", help="comma list of saturated,rate")
+    ap.add_argument("--rounds", type=int,
+                    help="run every chosen strategy but the baseline N times, in interleaved "
+                         "rounds, on every load and migration (medians reported); replaces the "
+                         "profile's repeated runs")
     ap.add_argument("--warehouses", type=int)
     ap.add_argument("--clients", type=int)
     ap.add_argument("--duration", type=int, help="seconds per run")
@@ -74,8 +79,10 @@ def main():
     args = ap.parse_args()
 
     ensure_venv()
+    from leapfrog_bench.migrations import MIGRATIONS
     from leapfrog_bench.profiles import PROFILES
     from leapfrog_bench.runner import Runner, try_install
+    from leapfrog_bench.strategies import LAZY, STRATEGIES
 
     prof = dict(PROFILES[args.profile])
     prof["name"] = args.profile
@@ -85,8 +92,16 @@ def main():
             prof[k] = [x.strip() for x in a.split(",") if x.strip()]
             if k == "migrations":
                 prof["rate_migrations"] = prof[k]
+    for k, known in (("migrations", MIGRATIONS), ("strategies", STRATEGIES)):
+        unknown = [x for x in prof[k] if x not in known]
+        if unknown:
+            ap.error(f"unknown {k}: {', '.join(unknown)} (known: {', '.join(known)})")
     if "baseline" not in prof["strategies"]:
         prof["strategies"] = ["baseline"] + prof["strategies"]
+    if args.rounds:
+        prof["repeat"] = {(load, m): (args.rounds, [s for s in prof["strategies"]
+                                                    if s != "baseline"])
+                          for load in prof["loads"] for m in prof["migrations"]}
     for k, a in (("warehouses", args.warehouses), ("clients", args.clients),
                  ("duration", args.duration), ("migrate_at", args.migrate_at)):
         if a:
@@ -103,7 +118,7 @@ def main():
         logf.flush()
 
     if args.install == "yes" or (args.install == "auto" and any(
-            s in ("lazy", "lazy_nobg") for s in prof["strategies"])):
+            s in LAZY for s in prof["strategies"])):
         try_install(REPO, out, log)
     r = Runner(prof, out, log=log, keep_cluster=args.keep_cluster, keep_raw=args.keep_raw).run()
     latest = os.path.join(HERE, "out", f"latest-{args.profile}")

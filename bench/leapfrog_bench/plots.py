@@ -10,14 +10,16 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from .strategies import LAZY, STRATEGIES as ORDER  # noqa: E402
+
 STYLE = {
     "baseline": dict(color="#555555", ls="-", label="no migration"),
     "eager": dict(color="#d62728", ls="-", label="eager"),
     "multistep": dict(color="#1f77b4", ls="-", label="multi-step"),
     "lazy": dict(color="#2ca02c", ls="-", label="lazy (Leapfrog)"),
     "lazy_nobg": dict(color="#2ca02c", ls=":", label="lazy, no background"),
+    "lazy_compute": dict(color="#17becf", ls="--", label="lazy, reads compute"),
 }
-ORDER = ["baseline", "eager", "multistep", "lazy", "lazy_nobg"]
 LOAD_TITLE = {"saturated": "unthrottled clients (saturation)",
               "rate": "fixed request rate (headroom)"}
 
@@ -148,7 +150,7 @@ def progress_figure(runner, load, path):
     fig, ax = plt.subplots(figsize=(10, 3.2))
     any_ = False
     for mig in migs:
-        for s in ("multistep", "lazy", "lazy_nobg"):
+        for s in ("multistep",) + LAZY:
             pr = runner.progress.get((load, mig, s))
             if not pr:
                 continue

@@ -1,16 +1,21 @@
 """summary.md: the figures of one run and the ratios between strategies
 (all numbers from the same run)."""
+from .strategies import LAZY, STRATEGIES as ORDER
 
-ORDER = ["baseline", "eager", "multistep", "lazy", "lazy_nobg"]
 COLS = [("switch_s", "switch s"), ("complete_s", "complete s"),
         ("longest_stall_s", "longest stall s"), ("committed", "committed"),
         ("tps_window", "tps"), ("tps_window_vs_before", "tps / own tps before"), ("p50_ms", "p50 ms"), ("p99_ms", "p99 ms"),
         ("p99_ratio_vs_baseline", "p99 / baseline p99"), ("failed", "failed"),
-        ("schema_retries", "schema retries")]
+        ("schema_retries", "schema retries"), ("lock_waits", "lock waits"),
+        ("deadlocks", "deadlocks")]
 RATIOS = [("committed", "committed"),
           ("tps_window_vs_before", "tps kept (committed, corrected for drift)"),
           ("longest_stall_s", "longest stall"),
           ("p99_ms", "p99 latency"), ("switch_s", "switch time"), ("complete_s", "completion time")]
+# Figures shown per round for strategies run several times.
+ROUND_FIGURES = [("committed", "Committed"),
+                 ("tps_window_vs_before", "Throughput kept (tps / own tps before)"),
+                 ("p99_ms", "p99 ms")]
 
 
 def _fmt(v):
@@ -31,6 +36,14 @@ def _ratio(a, b):
     if b == 0:
         return None if a != 0 else 1.0
     return a / b
+
+
+def _pairs(have, others):
+    """The (lazy strategy, other strategy) pairs of the ratio tables, among
+    the strategies in have: each lazy strategy over each of others, and each
+    other lazy variant over lazy."""
+    return [(lz, o) for lz in LAZY if lz in have
+            for o in tuple(others) + (("lazy",) if lz != "lazy" else ()) if o in have]
 
 
 def write_markdown(runner, path, figs):
@@ -80,33 +93,27 @@ def write_markdown(runner, path, figs):
                 n = max(len(strats[s]["runs"]) for s in reps)
                 L.append(f"\n{', '.join(reps)}: {n} runs each, in interleaved rounds; the table "
                          "shows medians (the plots show the run with the median committed count). "
-                         "Committed per round:\n")
-                L.append("| strategy | " + " | ".join(f"round {i + 1}" for i in range(n)) + " |")
-                L.append("|---|" + "---|" * n)
-                for s in reps:
-                    L.append(f"| {s} | " + " | ".join(_fmt(r.get("committed"))
-                                                      for r in strats[s]["runs"]) + " |")
-                for lz in ("lazy", "lazy_nobg"):
-                    for other in ("eager", "multistep"):
-                        if lz in reps and other in reps:
-                            per = [_ratio(a.get("committed"), b.get("committed")) for a, b in
-                                   zip(strats[lz]["runs"], strats[other]["runs"])]
-                            L.append(f"| {lz}/{other} | " + " | ".join(_fmt(x) for x in per)
-                                     + " |")
+                         "Per round:")
+                for key, title in ROUND_FIGURES:
+                    L.append(f"\n| {title} | " + " | ".join(f"round {i + 1}" for i in range(n))
+                             + " |")
+                    L.append("|---|" + "---|" * n)
+                    for s in reps:
+                        L.append(f"| {s} | " + " | ".join(_fmt(r.get(key))
+                                                          for r in strats[s]["runs"]) + " |")
+                    for lz, other in _pairs(reps, ("eager", "multistep")):
+                        per = [_ratio(a.get(key), b.get(key)) for a, b in
+                               zip(strats[lz]["runs"], strats[other]["runs"])]
+                        L.append(f"| {lz}/{other} | " + " | ".join(_fmt(x) for x in per) + " |")
             L.append("\nRatios (lazy over the other strategy, same invocation"
                      + ("; of the medians where repeated" if reps else "")
                      + "; n/a where a side did not run or has no value):\n")
             L.append("| ratio | " + " | ".join(r[1] for r in RATIOS) + " |")
             L.append("|---|" + "---|" * len(RATIOS))
-            for lz in ("lazy", "lazy_nobg"):
-                if lz not in strats:
-                    continue
-                for other in ("eager", "multistep", "baseline"):
-                    if other not in strats:
-                        continue
-                    a, b = strats[lz], strats[other]
-                    L.append(f"| {lz}/{other} | " + " | ".join(
-                        _fmt(_ratio(a.get(k), b.get(k))) for k, _ in RATIOS) + " |")
+            for lz, other in _pairs(strats, ("eager", "multistep", "baseline")):
+                a, b = strats[lz], strats[other]
+                L.append(f"| {lz}/{other} | " + " | ".join(
+                    _fmt(_ratio(a.get(k), b.get(k))) for k, _ in RATIOS) + " |")
     L.append("\n## Figures\n")
     for f in figs:
         L.append(f"![{f}]({f})\n")
@@ -126,6 +133,12 @@ def write_markdown(runner, path, figs):
              "its ratio between strategies (\"tps kept\"), cancels that drift, where raw "
              "committed counts of two runs do not.\n"
              "- schema retries: calls of the old code that failed because the schema switched "
-             "under them and were re-run with the new code.\n")
+             "under them and were re-run with the new code.\n"
+             "- lock waits: client sessions waiting on a lock (row, transaction, relation, "
+             "advisory), on average over the window's 100 ms samples of pg_stat_activity; "
+             "deadlocks: those detected in the run's database (pg_stat_database), retried "
+             "ones included.\n"
+             "- lazy_compute: lazy with the clients' leapfrog.read_mode = compute (plain reads "
+             "compute unmigrated rows instead of migrating them).\n")
     with open(path, "w") as f:
         f.write("\n".join(L))

@@ -13,18 +13,19 @@ import time
 import psycopg
 
 from . import metrics, plots, report, tpcc
-from .waits import WaitSampler, summarize
+from .waits import WaitSampler, lock_waits, summarize
 from leapfrog_cluster import Cluster
 
 from .settings import default_settings
 from .migrations import MIGRATIONS
-from .strategies import DRIVERS, LAZY, probe_lazy_support
+from .strategies import DRIVERS, LAZY, LAZY_VARIANTS, client_settings, probe_lazy_support
 from .workload import PgbenchRun
 
 TEMPLATE = "tpcc_tmpl"
 # Figures that are medians when a strategy runs several times (repeat).
 REPEATED_FIGURES = ("committed", "tps_window", "tps_window_vs_before", "switch_s", "complete_s",
-                    "longest_stall_s", "p50_ms", "p99_ms")
+                    "longest_stall_s", "p50_ms", "p99_ms", "failed", "retries", "lock_waits",
+                    "deadlocks")
 RUNDB = "tpcc_run"
 
 
@@ -263,10 +264,10 @@ class Runner:
             c.execute("SELECT count(pg_prewarm(oid)) FROM pg_class WHERE relkind IN ('r', 'i')"
                       " AND relnamespace = 'public'::regnamespace")
         if strat in LAZY:
-            self._set_background(strat == "lazy")
+            self._set_background(LAZY_VARIANTS[strat]["background"])
         mig = MIGRATIONS[mname] if mname else None
         pg = PgbenchRun(self.cluster, RUNDB, rundir, p["warehouses"], p["clients"],
-                        p["threads"], duration, rate=rate)
+                        p["threads"], duration, rate=rate, settings=client_settings(strat))
         stop = threading.Event()
         waits = WaitSampler(self.cluster.conninfo())
         waits.start()
@@ -300,6 +301,7 @@ class Runner:
                 extra["schema_retries"] = c.execute(
                     "SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM tpcc_schema_retries"
                 ).fetchone()[0]
+                extra["deadlocks"] = _deadlocks(c)
                 if strat in LAZY and drv.status == "ok" and "complete" not in drv.events:
                     extra["remaining_at_end"] = c.execute(
                         "SELECT leapfrog.remaining(%s)", (f"bench_{mname}",)).fetchone()[0]
@@ -317,7 +319,8 @@ class Runner:
             res["stall_waits"] = summarize(waits.samples, t_a, t_a + res["longest_stall_s"])
         res.update({
             "status": drv.status, "reason": drv.error, "load": load,
-            "rate_tps": rate, "pgbench": pgs, **extra,
+            "rate_tps": rate, "client_settings": client_settings(strat), "pgbench": pgs,
+            "lock_waits": lock_waits(waits.samples, t_m, t_end), **extra,
             "events_s": {k: round(v - t_m, 3) for k, v in drv.events.items()},
             "notes": drv.notes,
         })
@@ -337,7 +340,8 @@ class Runner:
                  f"switch={res['switch_s']} complete={res['complete_s']} "
                  f"stall={res['longest_stall_s']} p99={res['p99_ms']}ms "
                  f"failed={res['failed']} retries={res['retries']}/"
-                 f"{res.get('schema_retries')}")
+                 f"{res.get('schema_retries')} lock_waits={res['lock_waits']} "
+                 f"deadlocks={res.get('deadlocks')}")
         if (res.get("longest_stall_s") or 0) >= 0.25:
             for line in res.get("stall_waits") or ["(no sample during the stall)"]:
                 self.log(f"      during the stall: {line}")
@@ -398,6 +402,20 @@ class Runner:
             json.dump(summary, f, indent=2, default=_json_default)
         figs = plots.render_all(self, out)
         report.write_markdown(self, os.path.join(out, "summary.md"), figs)
+
+
+def _deadlocks(c):
+    """Deadlocks detected in the run's database (a fresh copy: its statistics
+    start at zero), once the load's sessions are gone (a backend reports its
+    counts when it exits)."""
+    for _ in range(50):
+        if not c.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                         " AND backend_type = 'client backend' AND pid <> pg_backend_pid()"
+                         ).fetchone()[0]:
+            break
+        time.sleep(0.1)
+    return c.execute("SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()"
+                     ).fetchone()[0]
 
 
 def _na(state, reason):

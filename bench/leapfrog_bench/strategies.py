@@ -15,8 +15,23 @@ from concurrent.futures import ThreadPoolExecutor
 import psycopg
 from psycopg import errors
 
-STRATEGIES = ["baseline", "eager", "multistep", "lazy", "lazy_nobg"]
-LAZY = ("lazy", "lazy_nobg")
+STRATEGIES = ["baseline", "eager", "multistep", "lazy", "lazy_nobg", "lazy_compute"]
+# The lazy strategies all run the Lazy driver; they differ in the server's
+# leapfrog.background during the run and in the settings of the load's client
+# sessions (pgbench's; given through PGOPTIONS, so nothing outlives the run).
+LAZY_VARIANTS = {
+    "lazy": dict(background=True, client_settings={}),
+    "lazy_nobg": dict(background=False, client_settings={}),
+    # plain reads compute unmigrated rows from the retired tables instead of
+    # migrating them; writes still migrate
+    "lazy_compute": dict(background=True, client_settings={"leapfrog.read_mode": "compute"}),
+}
+LAZY = tuple(LAZY_VARIANTS)
+
+
+def client_settings(strategy):
+    """Settings of the load's client sessions under this strategy."""
+    return LAZY_VARIANTS.get(strategy, {}).get("client_settings", {})
 
 
 class Driver(threading.Thread):
@@ -298,7 +313,7 @@ class Lazy(Driver):
 
 
 DRIVERS = {"baseline": Baseline, "eager": Eager, "multistep": Multistep,
-           "lazy": Lazy, "lazy_nobg": Lazy}
+           **{s: Lazy for s in LAZY}}
 
 
 def probe_lazy_support(conninfo, migration):

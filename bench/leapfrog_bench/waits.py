@@ -6,7 +6,9 @@ being dropped), and keeps the client backends that wait on a lock, an LWLock,
 I/O or IPC, and every other backend that is active (autovacuum, Leapfrog's
 workers, a migration's copy...).  The runner writes the samples to waits.csv
 in the run's raw directory and, for the run's longest stall, names what the
-samples taken during it show most often (`stall_waits` in summary.json).
+samples taken during it show most often (`stall_waits` in summary.json);
+`lock_waits` is how many client backends wait on a lock, on average over the
+window's samples.
 
 This is how the 0.75-0.85 s stalls of some lazy runs were found to be
 autovacuum truncating district under AccessExclusiveLock (bench/README.md).
@@ -65,6 +67,15 @@ class WaitSampler(threading.Thread):
             for t, rows in self.samples:
                 for r in rows:
                     w.writerow([round(t - t0, 3), *r])
+
+
+def lock_waits(samples, t_from, t_to):
+    """Client backends waiting on a heavyweight lock (row, transaction,
+    relation, advisory), on average over the samples taken in [t_from, t_to];
+    None without samples."""
+    n = [sum(1 for r in rows if r[0] == "client backend" and r[1] == "Lock")
+         for t, rows in samples if t_from <= t <= t_to]
+    return round(sum(n) / len(n), 3) if n else None
 
 
 def summarize(samples, t_from, t_to, top=4):

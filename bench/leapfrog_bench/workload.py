@@ -1,6 +1,7 @@
 """pgbench driver: the TPC-C mix, per-transaction log (-l), per-second
 progress (-P 1), fixed rate (--rate) or unthrottled, --max-tries for
-serialization failures and deadlocks."""
+serialization failures and deadlocks; settings of its client sessions go
+through PGOPTIONS."""
 import glob
 import gzip
 import os
@@ -14,7 +15,7 @@ from . import tpcc
 
 class PgbenchRun:
     def __init__(self, cluster, dbname, outdir, warehouses, clients, threads, duration_s,
-                 rate=None, max_tries=10):
+                 rate=None, max_tries=10, settings=None):
         self.cluster = cluster
         self.dbname = dbname
         self.outdir = outdir
@@ -28,6 +29,11 @@ class PgbenchRun:
         if rate:
             self.argv += ["--rate", str(rate)]
         self.argv += scripts + cluster.pgbench_conn_args(dbname)
+        self.env = dict(os.environ)
+        if settings:
+            self.env["PGOPTIONS"] = " ".join(
+                ([self.env["PGOPTIONS"]] if self.env.get("PGOPTIONS") else [])
+                + [f"-c {k}={_escape_option(v)}" for k, v in settings.items()])
         self.duration_s = duration_s
         self.proc = None
         self.t_start = None
@@ -37,7 +43,7 @@ class PgbenchRun:
         self.stderr = open(os.path.join(self.outdir, "pgbench.err"), "w")
         self.t_start = time.time()
         self.proc = subprocess.Popen(self.argv, stdout=self.stdout, stderr=self.stderr,
-                                     cwd=self.outdir)
+                                     cwd=self.outdir, env=self.env)
         return self
 
     def wait(self, timeout=None):
@@ -97,6 +103,11 @@ class PgbenchRun:
             with open(p, "rb") as src, gzip.open(p + ".gz", "wb") as dst:
                 shutil.copyfileobj(src, dst)
             os.remove(p)
+
+
+def _escape_option(value):
+    """A value in libpq's options: spaces separate arguments unless escaped."""
+    return str(value).replace("\\", "\\\\").replace(" ", "\\ ")
 
 
 def parse_logs(paths):

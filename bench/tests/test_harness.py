@@ -105,6 +105,61 @@ def test_report_lists_rounds(tmp_path):
     assert "2 runs each, in interleaved rounds" in text
 
 
+def test_report_compares_lazy_variants_with_lazy(tmp_path):
+    """lazy_compute (and lazy_nobg) get their rounds and their ratios over
+    eager and over lazy, as lazy gets its over eager."""
+    from leapfrog_bench.runner import Runner
+    r = Runner({"name": "t"}, str(tmp_path))
+    lazy = r._median_of([_fake_run(900, 0.9, 0.03, 0.0), _fake_run(1100, 1.0, 0.02, 0.0)])
+    compute = r._median_of([_fake_run(990, 0.99, 0.03, 0.0), _fake_run(1210, 1.1, 0.02, 0.0)])
+    eager = dict(lazy, runs=[{"committed": 1000}, {"committed": 1000}], committed=1000,
+                 tps_window_vs_before=0.5)
+    r.results = {"saturated": {"split": {"eager": eager, "lazy": lazy,
+                                         "lazy_compute": compute}}}
+    path = tmp_path / "summary.md"
+    report.write_markdown(r, str(path), [])
+    text = path.read_text()
+    assert "| lazy_compute/lazy | 1.10 | 1.10 |" in text            # committed per round
+    assert "| lazy_compute/eager | 0.990 | 1.21 |" in text
+    assert "| lazy_compute/lazy | 1.10 | 1.10 | " in text            # ratios of the medians
+    assert "| lazy_compute/eager | 1.10 | 2.09 | " in text
+    assert "lazy/lazy" not in text and "| lazy_compute | ok |" in text
+
+
+def test_client_settings_reach_pgbench_through_pgoptions(tmp_path, monkeypatch):
+    from leapfrog_bench.strategies import DRIVERS, LAZY, Lazy, client_settings
+    from leapfrog_bench.workload import PgbenchRun
+
+    class FakeCluster:
+        pgbench = "pgbench"
+
+        def pgbench_conn_args(self, dbname):
+            return [dbname]
+
+    assert DRIVERS["lazy_compute"] is Lazy and "lazy_compute" in LAZY
+    assert client_settings("lazy") == {} and client_settings("eager") == {}
+    monkeypatch.setenv("PGOPTIONS", "-c work_mem=64MB")
+    pg = PgbenchRun(FakeCluster(), "db", str(tmp_path / "a"), 1, 1, 1, 5,
+                    settings={**client_settings("lazy_compute"), "application_name": "a b"})
+    assert pg.env["PGOPTIONS"] == ("-c work_mem=64MB -c leapfrog.read_mode=compute "
+                                   "-c application_name=a\\ b")
+    monkeypatch.delenv("PGOPTIONS")
+    pg = PgbenchRun(FakeCluster(), "db", str(tmp_path / "b"), 1, 1, 1, 5,
+                    settings=client_settings("lazy"))
+    assert "PGOPTIONS" not in pg.env
+
+
+def test_lock_waits_count_client_backends_waiting_on_locks():
+    from leapfrog_bench.waits import lock_waits
+    row = ("client backend", "Lock", "transactionid", "SELECT tpcc_payment(1, 10);")
+    lw = ("client backend", "LWLock", "WALWrite", "")
+    av = ("autovacuum worker", "Lock", "relation", "")
+    samples = [(1.0, [row, row]), (2.0, [row, lw, av]), (3.0, []), (9.0, [row])]
+    assert lock_waits(samples, 1.5, 3.5) == 0.5
+    assert lock_waits(samples, 0.0, 3.0) == 1.0
+    assert lock_waits(samples, 4.0, 5.0) is None
+
+
 def test_profiles_serialize_to_json():
     import json
     from leapfrog_bench.profiles import PROFILES
