@@ -21,7 +21,7 @@ double		lf_background_yield = 0.0;
 int			lf_background_workers = 2;
 int			lf_lock_timeout = 50;
 int			lf_lock_retries = 40;
-int			lf_read_mode = LF_READ_MIGRATE;
+int			lf_read_mode = LF_READ_COMPUTE;
 
 static const struct config_enum_entry read_mode_options[] = {
 	{"migrate", LF_READ_MIGRATE, false},
@@ -81,10 +81,10 @@ lf_define_gucs(void)
 							PGC_USERSET, 0, NULL, NULL, NULL);
 	DefineCustomEnumVariable("leapfrog.read_mode",
 							 "How a plain read of a table under migration gets the rows not yet migrated.",
-							 "migrate: it migrates them, as a write does; compute: it computes them "
-							 "from the retired rows and writes nothing.  Standbys and read-only "
+							 "compute: it computes them from the retired rows and writes nothing; "
+							 "migrate: it migrates them, as a write does.  Standbys and read-only "
 							 "transactions always compute.",
-							 &lf_read_mode, LF_READ_MIGRATE, read_mode_options,
+							 &lf_read_mode, LF_READ_COMPUTE, read_mode_options,
 							 PGC_USERSET, 0, NULL, NULL, NULL);
 	MarkGUCPrefixReserved("leapfrog");
 	lf_loaded = true;

@@ -18,7 +18,7 @@ STYLE = {
     "multistep": dict(color="#1f77b4", ls="-", label="multi-step"),
     "lazy": dict(color="#2ca02c", ls="-", label="lazy (Leapfrog)"),
     "lazy_nobg": dict(color="#2ca02c", ls=":", label="lazy, no background"),
-    "lazy_compute": dict(color="#17becf", ls="--", label="lazy, reads compute"),
+    "lazy_migrate": dict(color="#17becf", ls="--", label="lazy, reads migrate"),
 }
 LOAD_TITLE = {"saturated": "unthrottled clients (saturation)",
               "rate": "fixed request rate (headroom)"}

@@ -138,7 +138,7 @@ def write_markdown(runner, path, figs):
              "advisory), on average over the window's 100 ms samples of pg_stat_activity; "
              "deadlocks: those detected in the run's database (pg_stat_database), retried "
              "ones included.\n"
-             "- lazy_compute: lazy with the clients' leapfrog.read_mode = compute (plain reads "
-             "compute unmigrated rows instead of migrating them).\n")
+             "- lazy_migrate: lazy with the clients' leapfrog.read_mode = migrate (plain reads "
+             "migrate the rows they need instead of computing them, the default).\n")
     with open(path, "w") as f:
         f.write("\n".join(L))

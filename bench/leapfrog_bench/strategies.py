@@ -15,16 +15,16 @@ from concurrent.futures import ThreadPoolExecutor
 import psycopg
 from psycopg import errors
 
-STRATEGIES = ["baseline", "eager", "multistep", "lazy", "lazy_nobg", "lazy_compute"]
+STRATEGIES = ["baseline", "eager", "multistep", "lazy", "lazy_nobg", "lazy_migrate"]
 # The lazy strategies all run the Lazy driver; they differ in the server's
 # leapfrog.background during the run and in the settings of the load's client
 # sessions (pgbench's; given through PGOPTIONS, so nothing outlives the run).
 LAZY_VARIANTS = {
     "lazy": dict(background=True, client_settings={}),
     "lazy_nobg": dict(background=False, client_settings={}),
-    # plain reads compute unmigrated rows from the retired tables instead of
-    # migrating them; writes still migrate
-    "lazy_compute": dict(background=True, client_settings={"leapfrog.read_mode": "compute"}),
+    # plain reads migrate the rows they need, as writes do, instead of
+    # computing them from the retired tables (the default)
+    "lazy_migrate": dict(background=True, client_settings={"leapfrog.read_mode": "migrate"}),
 }
 LAZY = tuple(LAZY_VARIANTS)
 

@@ -106,24 +106,24 @@ def test_report_lists_rounds(tmp_path):
 
 
 def test_report_compares_lazy_variants_with_lazy(tmp_path):
-    """lazy_compute (and lazy_nobg) get their rounds and their ratios over
+    """lazy_migrate (and lazy_nobg) get their rounds and their ratios over
     eager and over lazy, as lazy gets its over eager."""
     from leapfrog_bench.runner import Runner
     r = Runner({"name": "t"}, str(tmp_path))
     lazy = r._median_of([_fake_run(900, 0.9, 0.03, 0.0), _fake_run(1100, 1.0, 0.02, 0.0)])
-    compute = r._median_of([_fake_run(990, 0.99, 0.03, 0.0), _fake_run(1210, 1.1, 0.02, 0.0)])
+    other = r._median_of([_fake_run(990, 0.99, 0.03, 0.0), _fake_run(1210, 1.1, 0.02, 0.0)])
     eager = dict(lazy, runs=[{"committed": 1000}, {"committed": 1000}], committed=1000,
                  tps_window_vs_before=0.5)
     r.results = {"saturated": {"split": {"eager": eager, "lazy": lazy,
-                                         "lazy_compute": compute}}}
+                                         "lazy_migrate": other}}}
     path = tmp_path / "summary.md"
     report.write_markdown(r, str(path), [])
     text = path.read_text()
-    assert "| lazy_compute/lazy | 1.10 | 1.10 |" in text            # committed per round
-    assert "| lazy_compute/eager | 0.990 | 1.21 |" in text
-    assert "| lazy_compute/lazy | 1.10 | 1.10 | " in text            # ratios of the medians
-    assert "| lazy_compute/eager | 1.10 | 2.09 | " in text
-    assert "lazy/lazy" not in text and "| lazy_compute | ok |" in text
+    assert "| lazy_migrate/lazy | 1.10 | 1.10 |" in text            # committed per round
+    assert "| lazy_migrate/eager | 0.990 | 1.21 |" in text
+    assert "| lazy_migrate/lazy | 1.10 | 1.10 | " in text            # ratios of the medians
+    assert "| lazy_migrate/eager | 1.10 | 2.09 | " in text
+    assert "lazy/lazy" not in text and "| lazy_migrate | ok |" in text
 
 
 def test_client_settings_reach_pgbench_through_pgoptions(tmp_path, monkeypatch):
@@ -136,12 +136,12 @@ def test_client_settings_reach_pgbench_through_pgoptions(tmp_path, monkeypatch):
         def pgbench_conn_args(self, dbname):
             return [dbname]
 
-    assert DRIVERS["lazy_compute"] is Lazy and "lazy_compute" in LAZY
+    assert DRIVERS["lazy_migrate"] is Lazy and "lazy_migrate" in LAZY
     assert client_settings("lazy") == {} and client_settings("eager") == {}
     monkeypatch.setenv("PGOPTIONS", "-c work_mem=64MB")
     pg = PgbenchRun(FakeCluster(), "db", str(tmp_path / "a"), 1, 1, 1, 5,
-                    settings={**client_settings("lazy_compute"), "application_name": "a b"})
-    assert pg.env["PGOPTIONS"] == ("-c work_mem=64MB -c leapfrog.read_mode=compute "
+                    settings={**client_settings("lazy_migrate"), "application_name": "a b"})
+    assert pg.env["PGOPTIONS"] == ("-c work_mem=64MB -c leapfrog.read_mode=migrate "
                                    "-c application_name=a\\ b")
     monkeypatch.delenv("PGOPTIONS")
     pg = PgbenchRun(FakeCluster(), "db", str(tmp_path / "b"), 1, 1, 1, 5,

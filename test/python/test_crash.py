@@ -175,7 +175,10 @@ def finish_with_wait(c, writers, timeout=120):
 
 
 def test_kill_backend_mid_migration(make_cluster):
-    c = setup_app(make_cluster, **{"leapfrog.background": "off"})
+    # Its reads are the statements that migrate (and are killed while they
+    # do): reads migrate here, as with leapfrog.read_mode = migrate.
+    c = setup_app(make_cluster, **{"leapfrog.background": "off",
+                                   "leapfrog.read_mode": "migrate"})
     writers = Writers(c, NW, N_ACCT, N_ORD, seed=11)
     writers.start()
     try:
@@ -583,7 +586,9 @@ def kill_worker_at_thresholds(c, total, thresholds, timeout=60):
 
 
 def test_kill_backend_mid_migration_units(make_cluster):
-    c, groups, stock = setup_units(make_cluster, **{"leapfrog.background": "off"})
+    # reads migrate, as in test_kill_backend_mid_migration
+    c, groups, stock = setup_units(make_cluster, **{"leapfrog.background": "off",
+                                                    "leapfrog.read_mode": "migrate"})
     writers = UnitWriters(c, NW, groups, stock, seed=44)
     writers.start()
     try:

@@ -16,7 +16,8 @@ workload also reads and writes them (values, group and join keys, deletes,
 inserts into existing and new groups); their final contents are compared too.
 Database A runs the script eagerly, in one transaction; database B hands it
 to leapfrog.start with the background worker off, so the workload's own
-statements migrate the rows.  Every statement's
+statements migrate the rows (its plain reads migrate them or compute them,
+leapfrog.read_mode, half the seeds each: read_mode()).  Every statement's
 result (rows, row count or SQLSTATE) must be the same in both, and so must the
 final tables after leapfrog.complete().
 
@@ -2305,9 +2306,10 @@ def load_source(conn, case):
 
 def describe(case, upto=None):
     wl = case.workload if upto is None else case.workload[: upto + 1]
-    return ("seed=%d kind=%s%s (replay: LEAPFROG_DIFF_SEEDS=%d pytest %s)\n"
+    return ("seed=%d kind=%s%s read_mode=%s (replay: LEAPFROG_DIFF_SEEDS=%d pytest %s)\n"
             "source %s(id int%s, %s), %d rows%s\n--- script ---\n%s\n--- workload ---\n%s"
-            % (case.seed, case.kind, " snapshots" if case.snapshots else "", case.seed,
+            % (case.seed, case.kind, " snapshots" if case.snapshots else "", read_mode(case.seed),
+               case.seed,
                __file__ + ("::test_differential_snapshots" if case.snapshots
                            else "::test_differential_background"
                            if getattr(case, "background", False)
@@ -2330,6 +2332,15 @@ def describe(case, upto=None):
 @pytest.fixture(scope="module")
 def diff_cluster(module_cluster_factory):
     return module_cluster_factory(**{"leapfrog.background": "off"})
+
+
+def read_mode(seed):
+    """How the lazy side's plain reads get rows not migrated yet: half the
+    seeds migrate them, half compute them (their own random stream, so the
+    cases themselves do not change); LEAPFROG_DIFF_READ_MODE forces one."""
+    if os.environ.get("LEAPFROG_DIFF_READ_MODE"):
+        return os.environ["LEAPFROG_DIFF_READ_MODE"]
+    return "compute" if random.Random(seed * 7919 + 17).random() < 0.5 else "migrate"
 
 
 def _session(cluster, db, schema):
@@ -2370,6 +2381,8 @@ def run_case(cluster, case):
         b = _session(cluster, LAZY_DB, schema)
         a2 = _session(cluster, EAGER_DB, schema)
         b2 = _session(cluster, LAZY_DB, schema)
+        for conn in (b, b2):
+            conn.execute("SET leapfrog.read_mode = %s" % read_mode(case.seed))
         try:
             _run_case(a, b, case, a2, b2)
         finally:

@@ -215,12 +215,12 @@ def test_read_only_transaction_reads_equal_eager(dump_cluster, mode):
 
 
 def test_read_mode_compute(dump_cluster):
-    """leapfrog.read_mode = compute in a read-write session: every
-    scenario's reads give the eager answers and leave the retired rows
+    """leapfrog.read_mode = compute (the default) in a read-write session:
+    every scenario's reads give the eager answers and leave the retired rows
     alone, autocommitted, and inside a transaction after writes of its own
-    that migrated rows (rolled back in both databases); then, with the
-    default (migrate), the same reads migrate rows and still give the eager
-    answers."""
+    that migrated rows (rolled back in both databases); then, with
+    read_mode = migrate, the same reads migrate rows and still give the
+    eager answers."""
     needs_real_extension()
     c = dump_cluster
     db = "compute"
@@ -229,10 +229,9 @@ def test_read_mode_compute(dump_cluster):
     for sc in READ_SCENARIOS:
         what = "%s, read_mode = compute" % sc.name
         with session(c, EAGER_DB, _schema(sc)) as eager, session(c, db, _schema(sc)) as lazy:
-            assert lazy.execute("SHOW leapfrog.read_mode").fetchone()[0] == "migrate"
+            assert lazy.execute("SHOW leapfrog.read_mode").fetchone()[0] == "compute"
             with pytest.raises(psycopg.errors.InvalidParameterValue):
                 lazy.execute("SET leapfrog.read_mode = 'bogus'")
-            lazy.execute("SET leapfrog.read_mode = compute")
             assert lazy.execute("SHOW transaction_read_only").fetchone()[0] == "off"
             try:
                 assert_reads_equal(eager, lazy, sc.reads, what + ", autocommit")
@@ -253,8 +252,8 @@ def test_read_mode_compute(dump_cluster):
                     bad.append(str(e))
             if retired_row_counts(lazy, _migration(sc)) != left[sc.name]:
                 bad.append("%s: the rolled back transaction moved rows" % what)
-            # The default migrates what the reads need, with the same answers.
-            lazy.execute("RESET leapfrog.read_mode")
+            # read_mode = migrate migrates what the reads need, with the same answers.
+            lazy.execute("SET leapfrog.read_mode = migrate")
             try:
                 assert_reads_equal(eager, lazy, sc.reads, "%s, read_mode = migrate" % sc.name)
             except AssertionError as e:
