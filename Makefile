@@ -50,8 +50,10 @@ $(OBJS): src/leapfrog.h
 deps:
 	./scripts/install-deps.sh
 
+# DEMO_ARGS="--migration aggregate" (or join) shows the other migrations.
+DEMO_ARGS ?=
 demo: deps
-	./scripts/demo.sh
+	./scripts/demo.sh $(DEMO_ARGS)
 
 test: deps
 	./scripts/test.sh

@@ -2,10 +2,13 @@
 """Leapfrog demo (`make demo` runs it through scripts/demo.sh, which builds
 the extension), on the benchmark's TPC-C harness.
 
-On a throwaway PostgreSQL 15 cluster with leapfrog preloaded:
- 1. load TPC-C (W=50 by default: 1.5M customers);
- 2. run the split migration eagerly on a copy of the database, with no load,
-    to show what it costs (the table locked for that long) and to keep its
+On a throwaway PostgreSQL 15 cluster with leapfrog preloaded, for one of the
+benchmark's migrations (--migration: the split of customer by default, the
+order_line aggregate or the stock/order_line join):
+ 1. load TPC-C (W=50 by default for the split: 1.5M customers; W=10 for the
+    aggregate and the join, whose inputs are order_line);
+ 2. run the migration eagerly on a copy of the database, with no load,
+    to show what it costs (the tables locked for that long) and to keep its
     result as the oracle;
  3. start a live TPC-C load (pgbench, the five transactions);
  4. apply the same migration with leapfrog.start, the new application code in
@@ -13,9 +16,13 @@ On a throwaway PostgreSQL 15 cluster with leapfrog preloaded:
  5. show a progress bar (leapfrog.remaining / leapfrog.migrations) until the
     background worker and the load have moved every row;
  6. stop the load and print its error count (expected: 0);
- 7. check the result: row counts and keys, the columns the load never writes
-    against the eager oracle (checksums), and TPC-C money/count invariants
-    across the switch (a lost or doubled row or update breaks them);
+ 7. check the result, against the eager oracle where the load cannot change
+    it and with invariants elsewhere (a lost or doubled row or update breaks
+    them): split, row counts and keys, checksums of the columns the load
+    never writes, TPC-C money/count invariants across the switch; aggregate,
+    every order has one total and it is the sum of its lines; join, every
+    stock row and every line of every order is there once, and a stock
+    row's columns agree across its lines;
  8. write a plot (throughput, switch, progress) and print its path.
 """
 import argparse
@@ -36,8 +43,6 @@ from leapfrog_bench.migrations import MIGRATIONS  # noqa: E402
 from leapfrog_bench.settings import default_settings  # noqa: E402
 from leapfrog_bench.workload import PgbenchRun  # noqa: E402
 
-MIG = MIGRATIONS["split"]
-NAME = "demo_split"
 
 
 def say(msg=""):
@@ -60,14 +65,15 @@ def not_built():
     return 3
 
 
-def checksums(conn):
+def split_checksums(conn):
     """Order-independent checksums of what the load never writes."""
     pub = conn.execute(
         "SELECT count(*), sum(hashtext(p::text)::bigint) FROM customer_public p").fetchone()
     prv = conn.execute(
         "SELECT count(*), sum(hashtext(row(c_w_id, c_d_id, c_id, c_credit, c_credit_lim,"
         " c_discount)::text)::bigint) FROM customer_private").fetchone()
-    return {"public": tuple(pub), "private_static": tuple(prv)}
+    return {"customer_public rows and checksum": tuple(pub),
+            "customer_private rows and checksum (columns the load never writes)": tuple(prv)}
 
 
 INVARIANTS_OLD = """
@@ -83,6 +89,92 @@ INVARIANT_NAMES = ["sum(c_ytd_payment) - sum(h_amount)",
                    "sum(c_payment_cnt) - count(history)",
                    "sum(c_delivery_cnt) - delivered orders",
                    "sum(c_balance + c_ytd_payment) - delivered amounts"]
+
+
+def split_checks(conn, oracle, before):
+    """(ok, line) per check of the split's result."""
+    out = []
+    got = split_checksums(conn)
+    for k in got:
+        out.append((got[k] == oracle[k], f"{k} match the eager result: {got[k][0]:,} rows"))
+    orphans = conn.execute(
+        "SELECT count(*) FROM customer_private a FULL JOIN customer_public b"
+        " USING (c_w_id, c_d_id, c_id) WHERE a.c_id IS NULL OR b.c_id IS NULL").fetchone()[0]
+    out.append((orphans == 0, f"same keys in both new tables ({orphans} unmatched)"))
+    after = conn.execute(INVARIANTS_NEW).fetchone()
+    for name, b, a in zip(INVARIANT_NAMES, before, after):
+        out.append((b == a, f"invariant {name}: before {b}, after {a}"))
+    return out
+
+
+def aggregate_checks(conn, oracle, before):
+    """Orders never change their lines' amounts and the new code records the
+    total of each new order: every order has exactly one total (the primary
+    key forbids two), and it is the sum of its lines.  But for orders the old
+    code entered before the switch and finished after it (their lines go into
+    order_line once the switch lets them, and the old code records no
+    total): eagerly the same, as the eager script only holds order_line in
+    SHARE mode while it runs."""
+    missing, late, extra, wrong = conn.execute("""
+SELECT count(*) FILTER (WHERE t.ot_o_id IS NULL),
+       count(*) FILTER (WHERE t.ot_o_id IS NULL AND o.o_entry_d > %s::timestamptz::timestamp),
+       count(*) FILTER (WHERE l.ol_o_id IS NULL),
+       count(*) FILTER (WHERE t.ot_amount <> l.amount)
+  FROM (SELECT ol_w_id, ol_d_id, ol_o_id, sum(ol_amount) AS amount FROM order_line
+         GROUP BY 1, 2, 3) l
+  FULL JOIN order_total t ON (t.ot_w_id, t.ot_d_id, t.ot_o_id) = (l.ol_w_id, l.ol_d_id, l.ol_o_id)
+  LEFT JOIN orders o ON (o.o_w_id, o.o_d_id, o.o_id) = (l.ol_w_id, l.ol_d_id, l.ol_o_id)
+""", (before["switch"],)).fetchone()
+    n = conn.execute("SELECT count(*) FROM order_total").fetchone()[0]
+    at_start = conn.execute(
+        "SELECT count(*) FROM order_total WHERE ot_o_id <= 3000").fetchone()[0]
+    return [(late == 0 and extra == 0,
+             f"every order has one total ({n:,} totals; {extra} totals without lines; "
+             f"{missing} orders without, entered by the old code before the switch, "
+             f"{late} after it)"),
+            (wrong == 0, f"every total is the sum of its order's lines ({wrong} differ)"),
+            (at_start == oracle["totals of the loaded orders"],
+             f"totals of the loaded orders: {at_start:,}, eager {oracle['totals of the loaded orders']:,}")]
+
+
+def aggregate_oracle(conn):
+    return {"totals of the loaded orders": conn.execute(
+        "SELECT count(*) FROM order_total WHERE ot_o_id <= 3000").fetchone()[0]}
+
+
+def join_checks(conn, oracle, before):
+    """The load adds lines (NewOrder) and changes stock columns and delivery
+    dates, never stock rows: every stock row is there, every line of every
+    order once (a unique index), and a stock row's columns agree across its
+    lines (they are one row denormalized)."""
+    stock, split = conn.execute("""
+SELECT count(*), count(*) FILTER (WHERE versions > 1) FROM (
+  SELECT count(DISTINCT (s_quantity, s_ytd, s_order_cnt, s_remote_cnt, s_data)) AS versions
+    FROM orderline_stock GROUP BY s_w_id, s_i_id) s""").fetchone()
+    short = conn.execute("""
+SELECT count(*) FROM orders o
+ WHERE o.o_ol_cnt <> (SELECT count(*) FROM orderline_stock x
+                       WHERE (x.ol_w_id, x.ol_d_id, x.ol_o_id) = (o.o_w_id, o.o_d_id, o.o_id))""").fetchone()[0]
+    return [(stock == oracle["stock rows"], f"every stock row is there: {stock:,}, eager {oracle['stock rows']:,}"),
+            (split == 0, f"a stock row's columns agree across its lines ({split} disagree)"),
+            (short == 0, f"every order has all its lines ({short} orders short)")]
+
+
+def join_oracle(conn):
+    return {"stock rows": conn.execute(
+        "SELECT count(DISTINCT (s_w_id, s_i_id)) FROM orderline_stock").fetchone()[0]}
+
+
+# per migration: default W, what eagerly locks, the oracle kept from the eager
+# run, the checks of the lazy result, and the invariants read before the switch
+DEMOS = {
+    "split": (50, "customer, stalling 4 of the 5 TPC-C transactions",
+              split_checksums, split_checks, INVARIANTS_OLD),
+    "aggregate": (10, "order_line against writes (NewOrder, Delivery)",
+                  aggregate_oracle, aggregate_checks, None),
+    "join": (10, "order_line and stock, stalling every TPC-C transaction",
+             join_oracle, join_checks, None),
+}
 
 
 class Load(threading.Thread):
@@ -136,8 +228,11 @@ def bar(frac, width=40):
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--warehouses", type=int, default=50,
-                    help="TPC-C scale; 50 gives the 1.5M-row customer table (default)")
+    ap.add_argument("--migration", choices=sorted(DEMOS), default="split",
+                    help="which of the benchmark's migrations (default: split)")
+    ap.add_argument("--warehouses", type=int, default=None,
+                    help="TPC-C scale; default 50 for the split (1.5M customers), "
+                         "10 for the aggregate and the join (3M order lines)")
     ap.add_argument("--rate", type=int, default=300, help="load, transactions per second")
     ap.add_argument("--clients", type=int, default=8)
     ap.add_argument("--eager-only", action="store_true",
@@ -150,10 +245,14 @@ def main():
     if not have_ext and not args.eager_only:
         return not_built()
 
+    mig = MIGRATIONS[args.migration]
+    name = "demo_" + args.migration
+    default_w, locks, make_oracle, checks, invariants = DEMOS[args.migration]
     out = os.path.join(REPO, "bench", "out", "demo-" + time.strftime("%Y%m%d-%H%M%S"))
     os.makedirs(out, exist_ok=True)
-    W = args.warehouses
-    say(f"Leapfrog demo: TPC-C W={W} ({W * 30000:,} customers); output in {out}")
+    W = args.warehouses or default_w
+    say(f"Leapfrog demo: {mig.title}; TPC-C W={W} ({W * 30000:,} customers, "
+        f"about {W * 300000:,} order lines); output in {out}")
     cl = Cluster(settings=default_settings("6GB" if W >= 20 else "2GB"),
                  preload=have_ext, log=say)
     load = None
@@ -171,37 +270,39 @@ def main():
             c.execute("CREATE DATABASE oracle TEMPLATE tpcc STRATEGY FILE_COPY")
         with psycopg.connect(cl.conninfo("oracle")) as c:
             t = time.time()
-            c.execute(MIG.lock_sql(MIG.eager_lock))
-            for s in MIG.statements():
+            c.execute(mig.lock_sql(mig.eager_lock))
+            for s in mig.statements():
                 c.execute(s)
-            c.execute(MIG.tx())
+            c.execute(mig.tx())
             c.commit()
             eager_s = time.time() - t
-            oracle = checksums(c)
+            oracle = make_oracle(c)
         with psycopg.connect(cl.conninfo(), autocommit=True) as c:
             c.execute("DROP DATABASE oracle")
-        say(f"eager split of customer ({oracle['public'][0]:,} rows), no load: {eager_s:.1f}s "
-            f"-- customer would be locked that long, stalling 4 of the 5 TPC-C transactions")
+        say(f"eager {args.migration}, no load: {eager_s:.1f}s "
+            f"-- it would lock {locks} that long")
         if not have_ext:
             say("")
             return not_built()
 
         # -- live load, then the lazy switch ----------------------------------
         with psycopg.connect(cl.conninfo("tpcc"), autocommit=True) as c:
-            before = c.execute(INVARIANTS_OLD).fetchone()
-            n_rows = c.execute("SELECT count(*) FROM customer").fetchone()[0]
+            before = c.execute(invariants).fetchone() if invariants else {}
+            n_rows = sum(c.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in mig.inputs)
         load = Load(cl, "tpcc", out, W, args.clients, args.rate)
         load.start()
         say(f"TPC-C load started: {args.rate} tps, {args.clients} clients")
         time.sleep(6)
         with psycopg.connect(cl.conninfo("tpcc")) as c:
             t0 = time.time()
-            c.execute("SELECT leapfrog.start(%s, %s)", (NAME, MIG.script()))
-            c.execute(MIG.tx())
+            c.execute("SELECT leapfrog.start(%s, %s)", (name, mig.script()))
+            c.execute(mig.tx())
             c.commit()
             t_commit = time.time()
             c.autocommit = True
-            c.execute(MIG.probe_sql).fetchall()
+            if isinstance(before, dict):
+                before["switch"] = c.execute("SELECT statement_timestamp()").fetchone()[0]
+            c.execute(mig.probe_sql).fetchall()
             t_switch = time.time()
         say(f"leapfrog.start + new code committed in {(t_commit - t0) * 1000:.0f} ms; "
             f"new schema answered after {(t_switch - t0) * 1000:.0f} ms "
@@ -212,8 +313,8 @@ def main():
         with psycopg.connect(cl.conninfo("tpcc"), autocommit=True) as c:
             while True:
                 st, err = c.execute("SELECT state, error FROM leapfrog.migrations WHERE name = %s",
-                                    (NAME,)).fetchone()
-                rem = c.execute("SELECT leapfrog.remaining(%s)", (NAME,)).fetchone()[0] \
+                                    (name,)).fetchone()
+                rem = c.execute("SELECT leapfrog.remaining(%s)", (name,)).fetchone()[0] \
                     if st == "running" else 0
                 frac = 1.0 - (rem or 0) / max(1, n_rows)
                 now = time.time()
@@ -247,28 +348,13 @@ def main():
         good = True
         with psycopg.connect(cl.conninfo("tpcc"), autocommit=True) as c:
             if done_at:
-                got = checksums(c)
-                for k in ("public", "private_static"):
-                    same = got[k] == oracle[k]
-                    good &= same
-                    say(f"  {'ok  ' if same else 'FAIL'} customer_{k} rows and checksum match the "
-                        f"eager result: {got[k][0]:,} rows")
-                orphans = c.execute(
-                    "SELECT count(*) FROM customer_private a FULL JOIN customer_public b"
-                    " USING (c_w_id, c_d_id, c_id) WHERE a.c_id IS NULL OR b.c_id IS NULL"
-                ).fetchone()[0]
-                good &= orphans == 0
-                say(f"  {'ok  ' if orphans == 0 else 'FAIL'} same keys in both new tables "
-                    f"({orphans} unmatched)")
-                after = c.execute(INVARIANTS_NEW).fetchone()
-                for name, b, a in zip(INVARIANT_NAMES, before, after):
-                    same = b == a
-                    good &= same
-                    say(f"  {'ok  ' if same else 'FAIL'} invariant {name}: before {b}, after {a}")
+                for ok_, line in checks(c, oracle, before):
+                    good &= ok_
+                    say(f"  {'ok  ' if ok_ else 'FAIL'} {line}")
             else:
                 good = False
         good &= failed + aborted == 0
-        png = plot(out, load, t0, t_switch, done_at, progress, eager_s)
+        png = plot(out, load, t0, t_switch, done_at, progress, eager_s, mig, locks)
         say(f"plot: {png}")
         say("RESULT: " + ("all checks passed" if good else "CHECKS FAILED"))
         return 0 if good else 1
@@ -279,7 +365,7 @@ def main():
         cl.destroy()
 
 
-def plot(out, load, t0, t_switch, done_at, progress, eager_s):
+def plot(out, load, t0, t_switch, done_at, progress, eager_s, mig, locks):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -297,7 +383,7 @@ def plot(out, load, t0, t_switch, done_at, progress, eager_s):
         ax.plot([done_at - origin], [tps[min(len(tps) - 1, int(done_at - origin))]], "o", ms=10,
                 mfc="none", mec="#2ca02c", mew=2, label=f"migration done ({done_at - t0:.1f}s)")
     ax.axvspan(t0 - origin, t0 - origin + eager_s, color="#d62728", alpha=0.08,
-               label=f"eager would lock customer ({eager_s:.1f}s)")
+               label=f"eager would lock {locks.split(',')[0]} ({eager_s:.1f}s)")
     ax.set_xlabel("Seconds")
     ax.set_ylabel("Txns/sec")
     ax.set_ylim(0, max(1, tps.max()) * 1.3)
@@ -310,7 +396,7 @@ def plot(out, load, t0, t_switch, done_at, progress, eager_s):
     h1, l1 = ax.get_legend_handles_labels()
     h2, l2 = ax2.get_legend_handles_labels()
     ax.legend(h1 + h2, l1 + l2, fontsize=8, loc="lower right")
-    ax.set_title("Leapfrog demo: split of customer under a live TPC-C load")
+    ax.set_title(f"Leapfrog demo: {mig.title} under a live TPC-C load")
     fig.tight_layout()
     path = os.path.join(out, "demo.png")
     fig.savefig(path, dpi=110)
