@@ -1348,14 +1348,14 @@ static void
 lf_ExecutorStart(QueryDesc *qd, int eflags)
 {
 	/* a parallel worker runs on its leader's snapshot, already prepared */
-	if (!(eflags & EXEC_FLAG_EXPLAIN_ONLY) && !IsParallelWorker())
+	if (!IsParallelWorker())
 	{
 		List	   *items = lf_plan_items(qd->plannedstmt);
 
 		/*
 		 * A plain read planned the migrating way, run where reads compute (a
 		 * cached plan, first run in a read-write transaction): plan it again,
-		 * the computing way.
+		 * the computing way.  Under EXPLAIN too, which shows what would run.
 		 */
 		if (items != NIL && lf_plan_query(qd->plannedstmt) && lf_compute_wanted())
 		{
@@ -1367,7 +1367,9 @@ lf_ExecutorStart(QueryDesc *qd, int eflags)
 				items = NIL;
 			}
 		}
-		if (items != NIL)
+		if (eflags & EXEC_FLAG_EXPLAIN_ONLY)
+			;					/* plain EXPLAIN migrates nothing */
+		else if (items != NIL)
 			prepare_statement(qd, items);
 		else if (!lf_cache_valid || lf_recent_done != NIL)
 			check_completions(qd);

@@ -120,6 +120,7 @@ PREPARE cp_q(int) AS SELECT id, owner, bal FROM acct_v2 WHERE id BETWEEN $1 AND 
 SELECT public.regress_explain('EXECUTE cp_q(60)');
 BEGIN ISOLATION LEVEL SERIALIZABLE READ ONLY;
 EXECUTE cp_q(60);
+SELECT public.regress_explain('EXECUTE cp_q(60)');
 COMMIT;
 SELECT public.regress_migrated('cp') AS migrated;
 EXECUTE cp_q(60);
