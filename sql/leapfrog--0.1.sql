@@ -101,6 +101,15 @@ RETURNS boolean
 AS 'MODULE_PATHNAME', 'leapfrog_sees_start'
 LANGUAGE C STRICT STABLE PARALLEL SAFE;
 
+-- Internal: raises what inserting a computed row would raise when one of
+-- the new table's NOT NULL or CHECK constraints is false for it (src/compute.c).
+-- Costly on purpose: the planner then tests a statement's own conditions
+-- first, so that only the rows the statement needs are checked.
+CREATE FUNCTION leapfrog.check_computed(ok boolean, target regclass, name text, not_null boolean)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'leapfrog_check_computed'
+LANGUAGE C STABLE PARALLEL SAFE COST 1000;
+
 CREATE VIEW leapfrog.migrations AS
 SELECT m.name,
        m.state,

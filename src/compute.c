@@ -26,6 +26,9 @@
  * than start(), to which eagerly the new table was still empty (an input
  * altered in place raises the error the migrating path raises).
  *
+ * A computed row must also pass the new table's NOT NULL and CHECK
+ * constraints, as migrating it would (leapfrog.check_computed).
+ *
  * Privileges: the caller's on the new table are checked on the first
  * branch, with the statement's own column set; the retired tables are the
  * extension's, and a user allowed to read the new table may read what the
@@ -45,6 +48,7 @@
 #include "access/table.h"
 #include "access/xlog.h"
 #include "catalog/namespace.h"
+#include "catalog/pg_collation.h"
 #include "catalog/pg_type.h"
 #include "fmgr.h"
 #include "nodes/makefuncs.h"
@@ -104,6 +108,15 @@ bad_ref_walker(Node *node, BadRef *br)
 		return r;
 	}
 	return expression_tree_walker(node, bad_ref_walker, br);
+}
+
+static Oid
+check_func(void)
+{
+	Oid			argtypes[4] = {BOOLOID, REGCLASSOID, TEXTOID, BOOLOID};
+
+	return LookupFuncName(list_make2(makeString("leapfrog"), makeString("check_computed")),
+						  4, argtypes, false);
 }
 
 static Oid
@@ -179,7 +192,7 @@ clear_perms_walker(Node *node, void *cx)
  */
 static Query *
 mapping_branch(LfMapping *m, LfMigration *mig, RangeTblEntry *orig, int rti,
-			   List *conjuncts, List *types, List *collations, Oid gate)
+			   List *conjuncts, List *checks, List *types, List *collations, Oid gate)
 {
 	RangeTblEntry *from = lf_map_rte(m, orig);
 	Query	   *branch;
@@ -215,6 +228,7 @@ mapping_branch(LfMapping *m, LfMigration *mig, RangeTblEntry *orig, int rti,
 														 Int32GetDatum(mig->id), false, true),
 											   makeBoolConst(in_place, false)),
 									InvalidOid, InvalidOid, COERCE_EXPLICIT_CALL));
+	quals = list_concat(quals, copyObject(checks));
 	branch = simple_select(from, tlist, NULL);
 	foreach(lc, conjuncts)
 	{
@@ -228,6 +242,61 @@ mapping_branch(LfMapping *m, LfMigration *mig, RangeTblEntry *orig, int rti,
 	}
 	branch->jointree->quals = (Node *) make_ands_explicit(quals);
 	return branch;
+}
+
+/*
+ * The target's NOT NULL and CHECK constraints on a computed row, as quals
+ * leapfrog.check_computed(ok, target, name, not_null) that raise the error
+ * inserting the row would raise: a row migrating would fail must not be
+ * shown computed.  The constraints' Vars (varno 1, the target's attnos)
+ * read the branch's mapping columns, which have the same numbers.  Unique
+ * and foreign keys are not checked (README, limits).
+ */
+static List *
+constraint_quals(Relation rel)
+{
+	TupleDesc	desc = RelationGetDescr(rel);
+	Oid			fn = check_func();
+	List	   *quals = NIL;
+
+	for (int i = 0; i < desc->natts; i++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, i);
+		NullTest   *nt;
+
+		if (att->attisdropped || !att->attnotnull)
+			continue;
+		nt = makeNode(NullTest);
+		nt->arg = (Expr *) makeVar(1, i + 1, att->atttypid, att->atttypmod, att->attcollation, 0);
+		nt->nulltesttype = IS_NOT_NULL;
+		nt->location = -1;
+		quals = lappend(quals, makeFuncExpr(fn, BOOLOID,
+											list_make4(nt, makeConst(REGCLASSOID, -1, InvalidOid, 4,
+																	 ObjectIdGetDatum(RelationGetRelid(rel)),
+																	 false, true),
+													   makeConst(TEXTOID, -1, DEFAULT_COLLATION_OID, -1,
+																 CStringGetTextDatum(NameStr(att->attname)),
+																 false, false),
+													   makeBoolConst(true, false)),
+											InvalidOid, InvalidOid, COERCE_EXPLICIT_CALL));
+	}
+	if (desc->constr)
+		for (int i = 0; i < desc->constr->num_check; i++)
+		{
+			ConstrCheck *cc = &desc->constr->check[i];
+
+			quals = lappend(quals, makeFuncExpr(fn, BOOLOID,
+												list_make4(stringToNode(cc->ccbin),
+														   makeConst(REGCLASSOID, -1, InvalidOid, 4,
+																	 ObjectIdGetDatum(RelationGetRelid(rel)),
+																	 false, true),
+														   makeConst(TEXTOID, -1, DEFAULT_COLLATION_OID, -1,
+																	 CStringGetTextDatum(cc->ccname),
+																	 false, false),
+														   makeBoolConst(false, false)),
+												InvalidOid, InvalidOid, COERCE_EXPLICIT_CALL));
+		}
+	return quals;
 }
 
 /* Does the tree reference a level above its own? */
@@ -304,6 +373,7 @@ union_rte(RangeTblEntry *orig, int rti, List *conjuncts, List *mappings, Compute
 	Node	   *setop = NULL;
 	RangeTblEntry *result;
 	Oid			gate = sees_start_func();
+	List	   *checks = constraint_quals(rel);
 	ListCell   *lc;
 	int			i;
 
@@ -339,7 +409,8 @@ union_rte(RangeTblEntry *orig, int rti, List *conjuncts, List *mappings, Compute
 	{
 		LfMapping  *m = lfirst(lc);
 		LfMigration *mig = lf_migration_by_input(m->input);
-		Query	   *branch = mig ? mapping_branch(m, mig, orig, rti, conjuncts, types, collations, gate) : NULL;
+		Query	   *branch = mig ? mapping_branch(m, mig, orig, rti, conjuncts, checks, types,
+												  collations, gate) : NULL;
 		SetOperationStmt *op;
 		RangeTblRef *l,
 				   *r = makeNode(RangeTblRef);
@@ -499,5 +570,35 @@ leapfrog_sees_start(PG_FUNCTION_ARGS)
 		lf_snapshot_predates(mig->name,
 							 "the transaction's snapshot predates its start, and eagerly it "
 							 "would see the rows of the table altered in place.");
+	PG_RETURN_BOOL(false);
+}
+
+/*
+ * leapfrog.check_computed(ok, target, name, not_null): raise what inserting
+ * a computed row into target would raise, when a NOT NULL (not_null) or
+ * CHECK constraint name of it is false for the row; true otherwise.
+ */
+PG_FUNCTION_INFO_V1(leapfrog_check_computed);
+Datum
+leapfrog_check_computed(PG_FUNCTION_ARGS)
+{
+	char	   *relname;
+	char	   *name;
+
+	if (PG_ARGISNULL(0) || PG_GETARG_BOOL(0))
+		PG_RETURN_BOOL(true);
+	relname = get_rel_name(PG_GETARG_OID(1));
+	name = text_to_cstring(PG_GETARG_TEXT_PP(2));
+	if (PG_GETARG_BOOL(3))
+		ereport(ERROR,
+				(errcode(ERRCODE_NOT_NULL_VIOLATION),
+				 errmsg("null value in column \"%s\" of relation \"%s\" violates not-null constraint",
+						name, relname ? relname : "?"),
+				 errdetail("A row not migrated yet would violate it once migrated.")));
+	ereport(ERROR,
+			(errcode(ERRCODE_CHECK_VIOLATION),
+			 errmsg("new row for relation \"%s\" violates check constraint \"%s\"",
+					relname ? relname : "?", name),
+			 errdetail("A row not migrated yet would violate it once migrated.")));
 	PG_RETURN_BOOL(false);
 }

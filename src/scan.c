@@ -20,6 +20,7 @@
 #include "nodes/extensible.h"
 #include "nodes/makefuncs.h"
 #include "nodes/nodeFuncs.h"
+#include "lib/stringinfo.h"
 
 static Node *lf_create_scan_state(CustomScan *cscan);
 static void lf_begin(CustomScanState *node, EState *estate, int eflags);
@@ -126,13 +127,43 @@ lf_plan_query(PlannedStmt *stmt)
 	return priv ? lthird(priv) : NULL;
 }
 
+/* The node's state: what it computes, for the CONTEXT line of errors */
+typedef struct LfScanState
+{
+	CustomScanState css;
+	char	   *computes;		/* "t from leapfrog_retired.x; ...", or NULL */
+} LfScanState;
+
 static Node *
 lf_create_scan_state(CustomScan *cscan)
 {
-	CustomScanState *css = makeNode(CustomScanState);
+	LfScanState *st = (LfScanState *) newNode(sizeof(LfScanState), T_CustomScanState);
+	List	   *computes = lsecond(cscan->custom_private);
+	ListCell   *lc;
 
-	css->methods = &lf_exec_methods;
-	return (Node *) css;
+	st->css.methods = &lf_exec_methods;
+	if (computes != NIL)
+	{
+		StringInfoData buf;
+
+		initStringInfo(&buf);
+		foreach(lc, computes)
+			appendStringInfo(&buf, "%s%s", foreach_current_index(lc) ? "; " : "",
+							 strVal(lfirst(lc)));
+		st->computes = buf.data;
+	}
+	return (Node *) st;
+}
+
+/*
+ * An error while the rows not migrated yet are computed (a row the mapping
+ * cannot convert, as migrating it would fail) says so: the statement itself
+ * may hold no cast or function that could fail.
+ */
+static void
+lf_compute_error_context(void *arg)
+{
+	errcontext("leapfrog: computing the rows not migrated yet of %s", (char *) arg);
 }
 
 static void
@@ -146,7 +177,19 @@ lf_begin(CustomScanState *node, EState *estate, int eflags)
 static TupleTableSlot *
 lf_exec(CustomScanState *node)
 {
-	return ExecProcNode(outerPlanState(node));
+	LfScanState *st = (LfScanState *) node;
+	ErrorContextCallback cb;
+	TupleTableSlot *slot;
+
+	if (st->computes == NULL)
+		return ExecProcNode(outerPlanState(node));
+	cb.callback = lf_compute_error_context;
+	cb.arg = st->computes;
+	cb.previous = error_context_stack;
+	error_context_stack = &cb;
+	slot = ExecProcNode(outerPlanState(node));
+	error_context_stack = cb.previous;
+	return slot;
 }
 
 static void
