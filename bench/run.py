@@ -59,7 +59,7 @@ def main():
     ap.add_argument("--out", help="output directory (default bench/out/<profile>-<time>)")
     ap.add_argument("--migrations", help="comma list of split,aggregate,join")
     ap.add_argument("--strategies",
-                    help="comma list of baseline,eager,multistep,lazy,lazy_nobg,lazy_compute")
+                    help="comma list of baseline,eager,multistep,lazy,lazy_nobg,lazy_migrate")
     ap.add_argument("--loads", help="comma list of saturated,rate")
     ap.add_argument("--rounds", type=int,
                     help="run every chosen strategy but the baseline N times, in interleaved "
