@@ -252,6 +252,20 @@ mapping_branch(LfMapping *m, LfMigration *mig, RangeTblEntry *orig, int rti,
  * read the branch's mapping columns, which have the same numbers.  Unique
  * and foreign keys are not checked (README, limits).
  */
+static Node *
+check_call(Oid fn, Relation rel, Node *ok, const char *name, bool not_null)
+{
+	return (Node *) makeFuncExpr(fn, BOOLOID,
+								 list_make4(ok,
+											makeConst(REGCLASSOID, -1, InvalidOid, 4,
+													  ObjectIdGetDatum(RelationGetRelid(rel)),
+													  false, true),
+											makeConst(TEXTOID, -1, DEFAULT_COLLATION_OID, -1,
+													  CStringGetTextDatum(name), false, false),
+											makeBoolConst(not_null, false)),
+								 InvalidOid, InvalidOid, COERCE_EXPLICIT_CALL);
+}
+
 static List *
 constraint_quals(Relation rel)
 {
@@ -270,55 +284,15 @@ constraint_quals(Relation rel)
 		nt->arg = (Expr *) makeVar(1, i + 1, att->atttypid, att->atttypmod, att->attcollation, 0);
 		nt->nulltesttype = IS_NOT_NULL;
 		nt->location = -1;
-		quals = lappend(quals, makeFuncExpr(fn, BOOLOID,
-											list_make4(nt, makeConst(REGCLASSOID, -1, InvalidOid, 4,
-																	 ObjectIdGetDatum(RelationGetRelid(rel)),
-																	 false, true),
-													   makeConst(TEXTOID, -1, DEFAULT_COLLATION_OID, -1,
-																 CStringGetTextDatum(NameStr(att->attname)),
-																 false, false),
-													   makeBoolConst(true, false)),
-											InvalidOid, InvalidOid, COERCE_EXPLICIT_CALL));
+		quals = lappend(quals, check_call(fn, rel, (Node *) nt, NameStr(att->attname), true));
 	}
-	if (desc->constr)
-		for (int i = 0; i < desc->constr->num_check; i++)
-		{
-			ConstrCheck *cc = &desc->constr->check[i];
-
-			quals = lappend(quals, makeFuncExpr(fn, BOOLOID,
-												list_make4(stringToNode(cc->ccbin),
-														   makeConst(REGCLASSOID, -1, InvalidOid, 4,
-																	 ObjectIdGetDatum(RelationGetRelid(rel)),
-																	 false, true),
-														   makeConst(TEXTOID, -1, DEFAULT_COLLATION_OID, -1,
-																	 CStringGetTextDatum(cc->ccname),
-																	 false, false),
-														   makeBoolConst(false, false)),
-												InvalidOid, InvalidOid, COERCE_EXPLICIT_CALL));
-		}
-	return quals;
-}
-
-/* Does the tree reference a level above its own? */
-static bool
-outer_ref_walker(Node *node, int *depth)
-{
-	if (node == NULL)
-		return false;
-	if (IsA(node, Var))
-		return ((Var *) node)->varlevelsup > *depth;
-	if (IsA(node, PlaceHolderVar))
-		return ((PlaceHolderVar *) node)->phlevelsup > *depth;
-	if (IsA(node, Query))
+	for (int i = 0; desc->constr && i < desc->constr->num_check; i++)
 	{
-		bool		r;
+		ConstrCheck *cc = &desc->constr->check[i];
 
-		(*depth)++;
-		r = query_tree_walker((Query *) node, outer_ref_walker, depth, 0);
-		(*depth)--;
-		return r;
+		quals = lappend(quals, check_call(fn, rel, stringToNode(cc->ccbin), cc->ccname, false));
 	}
-	return expression_tree_walker(node, outer_ref_walker, depth);
+	return quals;
 }
 
 /*
@@ -344,11 +318,10 @@ own_conjuncts(Query *q, int rti)
 	{
 		Node	   *c = lfirst(lc);
 		Relids		rels = pull_varnos_of_level(NULL, c, 0);
-		int			depth = 0;
 
 		if (bms_membership(rels) == BMS_SINGLETON && bms_is_member(rti, rels) &&
 			!contain_volatile_functions(c) && !checkExprHasSubLink(c) &&
-			!outer_ref_walker(c, &depth))
+			!lf_has_outer_refs(c))
 			result = lappend(result, c);
 	}
 	return result;

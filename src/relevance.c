@@ -1063,6 +1063,13 @@ rewrite_integer_quals(Query *q)
 	q->jointree = (FromExpr *) raw_quals_mutator((Node *) q->jointree, &cx);
 }
 
+/* Does the tree reference a query level above its own? */
+bool
+lf_has_outer_refs(Node *node)
+{
+	return has_outer_or_bad_refs(node, 0);
+}
+
 /* quals over q's mapping RTEs (lf_map_rte), with integer casts rewritten */
 Node *
 lf_raw_quals(Query *q, Node *quals)

@@ -187,36 +187,25 @@ copy_to_as_query(PlannedStmt *pstmt)
 }
 
 static void
+run_utility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTree,
+			ProcessUtilityContext context, ParamListInfo params,
+			QueryEnvironment *queryEnv, DestReceiver *dest, QueryCompletion *qc)
+{
+	if (prev_ProcessUtility)
+		prev_ProcessUtility(pstmt, queryString, readOnlyTree, context, params,
+							queryEnv, dest, qc);
+	else
+		standard_ProcessUtility(pstmt, queryString, readOnlyTree, context, params,
+								queryEnv, dest, qc);
+}
+
+static void
 lf_ProcessUtility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTree,
 				  ProcessUtilityContext context, ParamListInfo params,
 				  QueryEnvironment *queryEnv, DestReceiver *dest, QueryCompletion *qc)
 {
-	if (IsA(pstmt->utilityStmt, CopyStmt) && IsTransactionState() && lf_any_active())
-	{
-		PlannedStmt *copy_to = copy_to_as_query(pstmt);
+	PlannedStmt *copy_to = NULL;
 
-		if (copy_to)
-		{
-			bool		forced = lf_compute_forced;
-
-			lf_compute_forced = true;
-			PG_TRY();
-			{
-				if (prev_ProcessUtility)
-					prev_ProcessUtility(copy_to, queryString, false, context, params,
-										queryEnv, dest, qc);
-				else
-					standard_ProcessUtility(copy_to, queryString, false, context, params,
-											queryEnv, dest, qc);
-			}
-			PG_FINALLY();
-			{
-				lf_compute_forced = forced;
-			}
-			PG_END_TRY();
-			return;
-		}
-	}
 	switch (nodeTag(pstmt->utilityStmt))
 	{
 		case T_AlterTableStmt:
@@ -230,18 +219,31 @@ lf_ProcessUtility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTree
 		case T_ClusterStmt:
 		case T_VacuumStmt:
 		case T_DropStmt:
-			if (IsTransactionState() && lf_any_active())
+			if (IsTransactionState() && lf_any_active() &&
+				(!IsA(pstmt->utilityStmt, CopyStmt) ||
+				 (copy_to = copy_to_as_query(pstmt)) == NULL))
 				check_utility(pstmt->utilityStmt);
 			break;
 		default:
 			break;
 	}
-	if (prev_ProcessUtility)
-		prev_ProcessUtility(pstmt, queryString, readOnlyTree, context, params,
-							queryEnv, dest, qc);
+	if (copy_to == NULL)
+		run_utility(pstmt, queryString, readOnlyTree, context, params, queryEnv, dest, qc);
 	else
-		standard_ProcessUtility(pstmt, queryString, readOnlyTree, context, params,
-								queryEnv, dest, qc);
+	{
+		bool		forced = lf_compute_forced;
+
+		lf_compute_forced = true;
+		PG_TRY();
+		{
+			run_utility(copy_to, queryString, false, context, params, queryEnv, dest, qc);
+		}
+		PG_FINALLY();
+		{
+			lf_compute_forced = forced;
+		}
+		PG_END_TRY();
+	}
 }
 
 void
