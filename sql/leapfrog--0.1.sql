@@ -74,6 +74,18 @@ RETURNS void
 AS 'MODULE_PATHNAME', 'leapfrog_start'
 LANGUAGE C STRICT VOLATILE;
 
+-- What start() would do with a script, without doing it: it runs the
+-- switch in a subtransaction that it always rolls back (the same brief
+-- locks as start(), nothing changes).  One row per statement run, in script
+-- order (more for a statement that does several things); action is run,
+-- mapping, retire, replace, or for the last row refused (0A000) / error.
+CREATE FUNCTION leapfrog.plan(script text)
+RETURNS TABLE (statement int, sql text, action text, kind text, input text,
+               target text, input_rows bigint, input_bytes bigint, detail text,
+               sqlstate text, hint text)
+AS 'MODULE_PATHNAME', 'leapfrog_plan'
+LANGUAGE C STRICT VOLATILE;
+
 CREATE FUNCTION leapfrog.complete(name text)
 RETURNS void
 AS 'MODULE_PATHNAME', 'leapfrog_complete'

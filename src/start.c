@@ -34,10 +34,12 @@
 #include "commands/tablecmds.h"
 #include "executor/spi.h"
 #include "fmgr.h"
+#include "funcapi.h"
 #include "miscadmin.h"
 #include "nodes/makefuncs.h"
 #include "nodes/nodeFuncs.h"
 #include "optimizer/optimizer.h"
+#include "optimizer/plancat.h"
 #include "parser/parser.h"
 #include "parser/parse_relation.h"
 #include "parser/parse_expr.h"
@@ -47,6 +49,7 @@
 #include "parser/scansup.h"
 #include "rewrite/rewriteHandler.h"
 #include "rewrite/rewriteManip.h"
+#include "storage/bufmgr.h"
 #include "storage/lmgr.h"
 #include "tcop/tcopprot.h"
 #include "tcop/utility.h"
@@ -70,6 +73,7 @@ typedef struct PendingMapping
 	Oid			inputs[2];		/* every table it reads */
 	char	   *query;			/* nodeToString of the mapping Query */
 	RawStmt    *rs;				/* its statement */
+	int			stmt_no;		/* its position in the script, from 1 */
 } PendingMapping;
 
 /* Does the mapping read relid? */
@@ -87,7 +91,8 @@ typedef struct StartState
 	const char *name;
 	const char *script;
 	MemoryContext cxt;			/* where results live: SPI calls switch contexts */
-	List	   *stmts;			/* RawStmt */
+	List	   *all_stmts;		/* RawStmt, as parsed */
+	List	   *stmts;			/* RawStmt, without a BEGIN ... COMMIT around */
 	Oid			lock_first;		/* the table busy in the last attempt */
 	/* filled by one attempt */
 	int			migration_id;
@@ -97,7 +102,30 @@ typedef struct StartState
 	List	   *mappings;		/* PendingMapping */
 	List	   *replacements;	/* LfReplacement (replace.c) */
 	List	   *notices;		/* (table, why) of each, told once it succeeded */
+	/* leapfrog.plan(): what each statement does */
+	bool		planning;
+	int			current;		/* the statement being run, from 1; 0: none */
+	int			ran;			/* the last statement run_script began */
+	List	   *plan;			/* PlanNote */
 } StartState;
+
+/*
+ * What one statement of the script does, for leapfrog.plan(): a mapping, a
+ * retirement or a lazy replacement.  A statement without a note runs as
+ * written.  Names and sizes are read when the note is taken: the plan's
+ * changes are rolled back before its rows are returned.
+ */
+typedef struct PlanNote
+{
+	int			stmt_no;
+	const char *action;			/* "mapping", "retire", "replace" */
+	PendingMapping *pm;			/* of a mapping */
+	char	   *input;			/* qualified names, ", "-separated for a join */
+	char	   *target;
+	int64		rows;			/* the planner's estimate of the input's rows */
+	int64		bytes;
+	const char *detail;
+} PlanNote;
 
 #define refuse(...) \
 	ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED), __VA_ARGS__))
@@ -105,6 +133,8 @@ typedef struct StartState
 static bool collect_relations(Node *node, List **relids);
 static void do_data_stmt(StartState *st, RawStmt *rs, List *queries);
 static LfReplacement *replacement_of(StartState *st, Oid relid);
+static LfReplacement *replace_table(StartState *st, RawStmt *rs, int stmt_no, Oid relid,
+									const char *why);
 
 /* ---------------------------------------------------------------------
  * Lock retries
@@ -200,6 +230,50 @@ stmt_text(StartState *st, RawStmt *rs)
 	while (len > 0 && scanner_isspace(*text))
 		text++, len--;
 	return pnstrdup(text, len);
+}
+
+/* The position of rs in the script, from 1 */
+static int
+stmt_number(StartState *st, RawStmt *rs)
+{
+	ListCell   *lc;
+
+	foreach(lc, st->all_stmts)
+		if (lfirst(lc) == rs)
+			return foreach_current_index(lc) + 1;
+	return 0;
+}
+
+static char *
+qualified_name(Oid relid)
+{
+	return quote_qualified_identifier(get_namespace_name(get_rel_namespace(relid)),
+									  get_rel_name(relid));
+}
+
+/* For leapfrog.plan(): what statement stmt_no does to relid. */
+static PlanNote *
+plan_note(StartState *st, int stmt_no, const char *action, Oid relid, const char *detail)
+{
+	MemoryContext old = MemoryContextSwitchTo(st->cxt);
+	PlanNote   *n = palloc0(sizeof(PlanNote));
+	Relation	rel = table_open(relid, AccessShareLock);
+	BlockNumber pages;
+	double		tuples;
+	double		allvisfrac;
+
+	estimate_rel_size(rel, NULL, &pages, &tuples, &allvisfrac);
+	n->rows = (int64) tuples;
+	n->bytes = (int64) RelationGetNumberOfBlocks(rel) * BLCKSZ;
+	table_close(rel, AccessShareLock);
+	n->stmt_no = stmt_no;
+	n->action = action;
+	n->input = qualified_name(relid);
+	n->target = pstrdup(n->input);
+	n->detail = detail ? pstrdup(detail) : NULL;
+	st->plan = lappend(st->plan, n);
+	MemoryContextSwitchTo(old);
+	return n;
 }
 
 /* Run one analysed statement of the script, as the caller, like exec_simple_query. */
@@ -613,7 +687,24 @@ add_mapping(StartState *st, RawStmt *rs)
 		refuse(errmsg("INSERT ... SELECT into table \"%s\", replaced lazily by the same script, is not supported",
 					  get_rel_name(pm->target)));
 	pm->query = MemoryContextStrdup(st->cxt, nodeToString(map));
+	pm->stmt_no = st->current;
 	remember(st, &st->mappings, pm);
+	if (st->planning)
+	{
+		PlanNote   *n = plan_note(st, st->current, "mapping", pm->inputs[0], NULL);
+
+		n->pm = pm;
+		n->target = MemoryContextStrdup(st->cxt, qualified_name(pm->target));
+		if (pm->ninputs == 2)
+		{
+			PlanNote   *other = plan_note(st, st->current, "mapping", pm->inputs[1], NULL);
+
+			st->plan = list_delete_last(st->plan);
+			n->input = MemoryContextStrdup(st->cxt, psprintf("%s, %s", n->input, other->input));
+			n->rows += other->rows;
+			n->bytes += other->bytes;
+		}
+	}
 }
 
 /* CREATE TABLE new AS SELECT ...: create it empty, then map into it. */
@@ -898,6 +989,9 @@ do_drop(StartState *st, RawStmt *rs)
 		{
 			if (drop->behavior == DROP_CASCADE)
 				refuse(errmsg("DROP TABLE ... CASCADE of a mapping input is not supported"));
+			if (st->planning)
+				plan_note(st, st->current, "retire", relid,
+						  "kept in leapfrog_retired until its rows have moved")->target = NULL;
 			retire(st, rs, relid);
 		}
 		else
@@ -1001,11 +1095,13 @@ replacement_of(StartState *st, Oid relid)
  * mapping input, and the mapping is built at the end of the script.
  */
 static LfReplacement *
-replace_table(StartState *st, RawStmt *rs, Oid relid, const char *why)
+replace_table(StartState *st, RawStmt *rs, int stmt_no, Oid relid, const char *why)
 {
 	LfReplacement *r;
 
 	lf_refuse_if_migrating(relid, get_rel_name(relid), "alter");
+	if (st->planning)
+		(void) plan_note(st, stmt_no, "replace", relid, why);
 	{
 		MemoryContext old = MemoryContextSwitchTo(st->cxt);
 
@@ -1055,7 +1151,7 @@ do_alter(StartState *st, RawStmt *rs)
 		{
 			bool		rewrites = lf_alter_rewrites(stmt, relid);
 
-			r = replace_table(st, rs, relid, why);
+			r = replace_table(st, rs, st->current, relid, why);
 			r->rewrites = rewrites;
 		}
 		else if (r)
@@ -1089,7 +1185,8 @@ do_index(StartState *st, RawStmt *rs)
 		refuse(errmsg("CREATE INDEX on table \"%s\" after a mapping that reads it is not supported",
 					  get_rel_name(relid)));
 	if (!list_member_oid(st->created, relid) && replacement_of(st, relid) == NULL)
-		(void) replace_table(st, rs, relid, "CREATE INDEX: PostgreSQL would build the index");
+		(void) replace_table(st, rs, st->current, relid,
+							 "CREATE INDEX: PostgreSQL would build the index");
 	run_stmt(st, rs);
 }
 
@@ -1274,9 +1371,10 @@ keep_live_inputs(StartState *st)
 	{
 		PendingMapping *pm = lfirst(lc);
 
+		st->current = pm->stmt_no;
 		for (int i = 0; i < pm->ninputs; i++)
 			if (!list_member_oid(st->retired, pm->inputs[i]))
-				(void) replace_table(st, pm->rs, pm->inputs[i],
+				(void) replace_table(st, pm->rs, pm->stmt_no, pm->inputs[i],
 									 "A mapping reads it and the script does not drop it: it stays live, and its rows move into a copy "
 									 "after the mapping has read them as they were at start()");
 	}
@@ -1292,6 +1390,7 @@ run_script(StartState *st)
 	{
 		RawStmt    *rs = lfirst(lc);
 
+		st->current = st->ran = stmt_number(st, rs);
 		switch (nodeTag(rs->stmt))
 		{
 			case T_CreateStmt:
@@ -1334,6 +1433,7 @@ run_script(StartState *st)
 		}
 	}
 	keep_live_inputs(st);
+	st->current = 0;
 	foreach(lc, st->replacements)
 		add_replacement_mapping(st, lfirst(lc));
 }
@@ -1407,7 +1507,8 @@ switch_attempt(void *arg)
 	StartState *st = arg;
 
 	st->created = st->retired = st->retired_names = st->mappings = st->replacements = NIL;
-	st->notices = NIL;
+	st->notices = st->plan = NIL;
+	st->current = st->ran = 0;
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	lock_dropped_tables(st);
@@ -1460,6 +1561,7 @@ check_statement_kinds(StartState *st)
 	{
 		RawStmt    *rs = lfirst(lc);
 
+		st->current = stmt_number(st, rs);
 		switch (nodeTag(rs->stmt))
 		{
 			case T_CreateStmt:
@@ -1504,6 +1606,7 @@ check_statement_kinds(StartState *st)
 					   errhint("A script may hold CREATE TABLE, CREATE INDEX, ALTER TABLE, renames, COMMENT, INSERT ... SELECT, CREATE TABLE ... AS SELECT, DROP TABLE, DROP INDEX, INSERT ... VALUES, UPDATE and DELETE on tables outside its mappings, and CREATE TYPE, SEQUENCE, SCHEMA, EXTENSION, FUNCTION, VIEW, GRANT and REVOKE."));
 		}
 	}
+	st->current = 0;
 }
 
 Datum
@@ -1535,6 +1638,7 @@ leapfrog_start(PG_FUNCTION_ARGS)
 				 errhint("Choose another name.")));
 
 	st.stmts = raw_parser(st.script, RAW_PARSE_DEFAULT);
+	st.all_stmts = list_copy(st.stmts);
 	strip_transaction_wrapper(&st);
 	check_statement_kinds(&st);
 
@@ -1554,4 +1658,160 @@ leapfrog_start(PG_FUNCTION_ARGS)
 					st.name, list_length(st.mappings), list_length(st.retired),
 					INSTR_TIME_GET_MILLISEC(t1))));
 	PG_RETURN_VOID();
+}
+
+/* ---------------------------------------------------------------------
+ * leapfrog.plan(script): what start() would do, without doing it
+ * ---------------------------------------------------------------------
+ */
+PG_FUNCTION_INFO_V1(leapfrog_plan);
+
+#define PLAN_COLS 11
+
+/* The mapping's kind, as a user names it: 1:1, 1:n (a split), n:1, n:n */
+static const char *
+plan_kind(StartState *st, PlanNote *n)
+{
+	ListCell   *lc;
+
+	if (n->pm == NULL)
+		return strcmp(n->action, "replace") == 0 ? "1:1" : NULL;
+	if (n->pm->kind == LF_MAP_GROUPS)
+		return "n:1";
+	if (n->pm->kind == LF_MAP_JOIN)
+		return "n:n";
+	foreach(lc, st->mappings)
+	{
+		PendingMapping *other = lfirst(lc);
+
+		if (other != n->pm && other->stmt_no > 0 && other->kind == LF_MAP_ROWS &&
+			other->input == n->pm->input)
+			return "1:n";
+	}
+	return "1:1";
+}
+
+static void
+plan_row(ReturnSetInfo *rsinfo, int stmt_no, const char *sql, const char *action,
+		 const char *kind, PlanNote *n, const char *detail, const char *sqlstate,
+		 const char *hint)
+{
+	Datum		values[PLAN_COLS] = {0};
+	bool		nulls[PLAN_COLS];
+	const char *texts[PLAN_COLS] = {NULL, sql, action, kind,
+		n ? n->input : NULL, n ? n->target : NULL, NULL, NULL, detail, sqlstate, hint};
+
+	for (int i = 0; i < PLAN_COLS; i++)
+	{
+		nulls[i] = texts[i] == NULL;
+		if (texts[i])
+			values[i] = CStringGetTextDatum(texts[i]);
+	}
+	nulls[0] = stmt_no == 0;
+	values[0] = Int32GetDatum(stmt_no);
+	nulls[6] = nulls[7] = n == NULL;
+	if (n)
+	{
+		values[6] = Int64GetDatum(n->rows);
+		values[7] = Int64GetDatum(n->bytes);
+	}
+	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+}
+
+/*
+ * Runs the switch as start() would, in a subtransaction it always rolls
+ * back: the same brief locks, and nothing changes.  One row per statement
+ * run (more for a statement that does several things: a DROP of two
+ * inputs, a mapping whose input stays live), in script order; an error
+ * ends the plan with a row for it (action "refused" for 0A000, "error"
+ * otherwise) and statements after it get none.
+ */
+Datum
+leapfrog_plan(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	StartState	st = {0};
+	MemoryContext cxt;
+	ResourceOwner owner = CurrentResourceOwner;
+	ErrorData  *volatile edata = NULL;
+	volatile int err_stmt = 0;
+	int			reached = 0;
+	ListCell   *lc;
+
+	lf_require_preload();
+	if (!OidIsValid(lf_catalog_relid()))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("extension leapfrog is not installed in this database")));
+	InitMaterializedSRF(fcinfo, 0);
+	cxt = CurrentMemoryContext;
+	st.cxt = cxt;
+	st.planning = true;
+	st.name = psprintf("leapfrog.plan() of backend %d at " INT64_FORMAT,
+					   MyProcPid, (int64) GetCurrentTimestamp());
+	st.script = text_to_cstring(PG_GETARG_TEXT_PP(0));
+
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(cxt);
+	PG_TRY();
+	{
+		st.stmts = raw_parser(st.script, RAW_PARSE_DEFAULT);
+		st.all_stmts = list_copy(st.stmts);
+		strip_transaction_wrapper(&st);
+		check_statement_kinds(&st);
+		lf_with_lock_retries(switch_attempt, &st, "the migration switch");
+	}
+	PG_CATCH();
+	{
+		err_stmt = st.current;
+		edata = lf_abort_with_error(cxt, true, owner);
+	}
+	PG_END_TRY();
+	if (edata == NULL)
+	{
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(cxt);
+		CurrentResourceOwner = owner;
+	}
+
+	/* statements run: all, or those before the one that failed */
+	if (edata == NULL)
+		reached = list_length(st.all_stmts);
+	else
+		reached = err_stmt > 0 ? Min(st.ran, err_stmt - 1) : st.ran;
+	foreach(lc, st.all_stmts)
+	{
+		RawStmt    *rs = lfirst(lc);
+		int			no = foreach_current_index(lc) + 1;
+		bool		noted = false;
+		ListCell   *lc2;
+
+		if (no > reached)
+			break;
+		if (!list_member_ptr(st.stmts, rs))
+			continue;			/* the BEGIN ... COMMIT around the script */
+		foreach(lc2, st.plan)
+		{
+			PlanNote   *n = lfirst(lc2);
+
+			if (n->stmt_no != no)
+				continue;
+			plan_row(rsinfo, no, stmt_text(&st, rs), n->action, plan_kind(&st, n), n,
+					 n->detail, NULL, NULL);
+			noted = true;
+		}
+		if (!noted)
+			plan_row(rsinfo, no, stmt_text(&st, rs), "run", NULL, NULL, NULL, NULL, NULL);
+	}
+	if (edata)
+	{
+		RawStmt    *rs = err_stmt > 0 ? list_nth(st.all_stmts, err_stmt - 1) : NULL;
+		char	   *detail = edata->detail ?
+			psprintf("%s\n%s", edata->message, edata->detail) : edata->message;
+
+		plan_row(rsinfo, err_stmt, rs ? stmt_text(&st, rs) : NULL,
+				 edata->sqlerrcode == ERRCODE_FEATURE_NOT_SUPPORTED ? "refused" : "error",
+				 NULL, NULL, detail, unpack_sql_state(edata->sqlerrcode), edata->hint);
+	}
+	return (Datum) 0;
 }
