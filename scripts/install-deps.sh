@@ -5,7 +5,8 @@
 # it installs the missing Debian packages (PostgreSQL 15 server and PGXS,
 # pg_regress, pg_isolation_regress, IPC::Run for the TAP tests, a C
 # toolchain, python3-venv) and creates the Python venv .venv with the
-# packages the Python tests and benchmarks use.  Not as root, it says
+# packages the Python tests and benchmarks use, and the project's own
+# command-line tool `leapfrog` (.venv/bin/leapfrog).  Not as root, it says
 # exactly what to install and stops.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -68,4 +69,20 @@ if ! grep -qx 'home = /usr/bin' .venv/pyvenv.cfg 2>/dev/null ||
     .venv/bin/python -m pip install -q --upgrade pip >/dev/null
     .venv/bin/python -m pip install -q "${PY_PKGS[@]}"
     .venv/bin/python -c "$PY_IMPORTS"
+fi
+
+# The command-line tool `leapfrog` (python/leapfrog_cli, declared in
+# pyproject.toml), installed editable: .venv/bin/leapfrog runs this
+# checkout's code.  Setuptools 66 (Debian 12's venv) builds with wheel.
+if [ ! -x .venv/bin/leapfrog ] ||
+   ! .venv/bin/python -c 'import os, leapfrog_cli
+assert os.path.dirname(leapfrog_cli.__file__) == os.path.realpath("python/leapfrog_cli")' 2>/dev/null; then
+    echo "install-deps: installing the leapfrog command into .venv"
+    .venv/bin/python -c 'import wheel' 2>/dev/null || .venv/bin/python -m pip install -q wheel
+    if ! .venv/bin/python -m pip install -q --no-build-isolation -e . >.venv/leapfrog-install.log 2>&1; then
+        cat .venv/leapfrog-install.log >&2
+        echo "install-deps: pip install -e . failed" >&2
+        exit 1
+    fi
+    .venv/bin/leapfrog --version >/dev/null
 fi
