@@ -10,11 +10,13 @@ order_line aggregate or the stock/order_line join):
  2. run the migration eagerly on a copy of the database, with no load,
     to show what it costs (the tables locked for that long) and to keep its
     result as the oracle;
- 3. start a live TPC-C load (pgbench, the five transactions);
- 4. apply the same migration with leapfrog.start, the new application code in
-    the same transaction, and print the switch time;
- 5. show a progress bar (leapfrog.remaining / leapfrog.migrations) until the
-    background worker and the load have moved every row;
+ 3. show what Leapfrog will do with the script (`leapfrog plan`, the
+    project's command-line tool, python/leapfrog_cli), then start a live
+    TPC-C load (pgbench, the five transactions);
+ 4. apply the same migration with `leapfrog start --then`, the new
+    application code in the same transaction, and print the switch time;
+ 5. show the progress bar of `leapfrog wait` until the background worker
+    and the load have moved every row;
  6. stop the load and print its error count (expected: 0);
  7. check the result, against the eager oracle where the load cannot change
     it and with invariants elsewhere (a lost or doubled row or update breaks
@@ -26,7 +28,10 @@ order_line aggregate or the stock/order_line join):
  8. write a plot (throughput, switch, progress) and print its path.
 """
 import argparse
+import json
 import os
+import shlex
+import subprocess
 import sys
 import threading
 import time
@@ -220,9 +225,42 @@ class Load(threading.Thread):
         return n / window
 
 
-def bar(frac, width=40):
-    n = int(round(frac * width))
-    return "[" + "#" * n + "." * (width - n) + "]"
+def leapfrog_cli(cl, *args, capture=False, cwd=None):
+    """Run the project's command-line tool (.venv/bin/leapfrog, installed by
+    `make deps`; else python -m leapfrog_cli from python/), connected to the
+    demo database with -d conninfo: the cluster's socket directory, port and
+    user.  Prints the command; its output goes to the terminal unless
+    captured.  The CompletedProcess."""
+    exe = os.path.join(os.path.dirname(sys.executable), "leapfrog")
+    cmd = [exe] if os.access(exe, os.X_OK) else [sys.executable, "-m", "leapfrog_cli"]
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [os.path.join(REPO, "python")] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    argv = ["-d", cl.conninfo("tpcc")] + [str(a) for a in args]
+    say("$ leapfrog " + shlex.join(argv))
+    return subprocess.run(cmd + argv, cwd=cwd, env=env, text=True,
+                          stdout=subprocess.PIPE if capture else None)
+
+
+class Sampler(threading.Thread):
+    """The fraction migrated (leapfrog.migrations), every half second, for
+    the plot, while `leapfrog wait` draws the bar."""
+
+    def __init__(self, cl, name):
+        super().__init__(daemon=True)
+        self.cl, self.name = cl, name
+        self.stop_ev = threading.Event()
+        self.points = []
+
+    def run(self):
+        with psycopg.connect(self.cl.conninfo("tpcc"), autocommit=True) as c:
+            while True:
+                row = c.execute("SELECT tuples_total, tuples_migrated FROM leapfrog.migrations"
+                                " WHERE name = %s", (self.name,)).fetchone()
+                if row and row[0]:
+                    self.points.append((time.time(), min(1.0, (row[1] or 0) / row[0])))
+                if self.stop_ev.wait(0.5):
+                    break
 
 
 def main():
@@ -285,55 +323,62 @@ def main():
             say("")
             return not_built()
 
-        # -- live load, then the lazy switch ----------------------------------
+        # -- the plan, live load, then the lazy switch -------------------------
+        # The script and the new application code as files, for the CLI.
+        with open(os.path.join(out, "script.sql"), "w") as f:
+            f.write(mig.script())
+        with open(os.path.join(out, "tx.sql"), "w") as f:
+            f.write(mig.tx())
+        say("")
+        say("What Leapfrog will do with the migration script (nothing changes yet):")
+        if leapfrog_cli(cl, "plan", "script.sql", cwd=out).returncode != 0:
+            say("leapfrog plan: the script would not start (see above)")
+            return 1
+        say("")
         with psycopg.connect(cl.conninfo("tpcc"), autocommit=True) as c:
             before = c.execute(invariants).fetchone() if invariants else {}
-            n_rows = sum(c.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in mig.inputs)
         load = Load(cl, "tpcc", out, W, args.clients, args.rate)
         load.start()
         say(f"TPC-C load started: {args.rate} tps, {args.clients} clients")
         time.sleep(6)
-        with psycopg.connect(cl.conninfo("tpcc")) as c:
-            t0 = time.time()
-            c.execute("SELECT leapfrog.start(%s, %s)", (name, mig.script()))
-            c.execute(mig.tx())
-            c.commit()
-            t_commit = time.time()
-            c.autocommit = True
-            if isinstance(before, dict):
-                before["switch"] = c.execute("SELECT statement_timestamp()").fetchone()[0]
-            c.execute(mig.probe_sql).fetchall()
-            t_switch = time.time()
-        say(f"leapfrog.start + new code committed in {(t_commit - t0) * 1000:.0f} ms; "
-            f"new schema answered after {(t_switch - t0) * 1000:.0f} ms "
+        # The switch: `leapfrog start --then` runs start() and the new code in
+        # one transaction and reports its timings (--json); the probe, the new
+        # schema's first answer, runs right after on a connection opened before.
+        with psycopg.connect(cl.conninfo("tpcc"), autocommit=True) as probe:
+            res = leapfrog_cli(cl, "start", name, "script.sql", "--then", "tx.sql", "--json",
+                               capture=True, cwd=out)
+            if res.returncode != 0:
+                say(f"leapfrog start failed (exit status {res.returncode})")
+                return 1
+            p0 = time.perf_counter()
+            probe.execute(mig.probe_sql).fetchall()
+            probe_ms = (time.perf_counter() - p0) * 1000
+        sw = json.loads(res.stdout)
+        t0 = sw["started_at"]
+        t_switch = t0 + (sw["switch_ms"] + probe_ms) / 1000
+        if isinstance(before, dict):
+            before["switch"] = sw["committed_at"]
+        say(f"leapfrog.start + new code committed in {sw['switch_ms']:.0f} ms "
+            f"(start() {sw['start_ms']:.0f} ms); "
+            f"new schema answered after {sw['switch_ms'] + probe_ms:.0f} ms "
             f"(eager: {eager_s * 1000:.0f} ms)")
 
+        sampler = Sampler(cl, name)
+        sampler.start()
+        rc = leapfrog_cli(cl, "wait", name, "--timeout", args.timeout).returncode
+        sampler.stop_ev.set()
+        sampler.join()
+        progress = sampler.points
         done_at = None
-        progress = []
-        with psycopg.connect(cl.conninfo("tpcc"), autocommit=True) as c:
-            while True:
-                st, err = c.execute("SELECT state, error FROM leapfrog.migrations WHERE name = %s",
-                                    (name,)).fetchone()
-                rem = c.execute("SELECT leapfrog.remaining(%s)", (name,)).fetchone()[0] \
-                    if st == "running" else 0
-                frac = 1.0 - (rem or 0) / max(1, n_rows)
-                now = time.time()
-                progress.append((now, frac))
-                ok, failed, aborted = load.totals()
-                sys.stdout.write(f"\r{bar(frac)} {frac:6.1%} migrated, {rem or 0:>9,} rows left,"
-                                 f" {now - t0:5.1f}s | load: {ok:,} tx, {failed + aborted} errors ")
-                sys.stdout.flush()
-                if st == "done":
-                    done_at = now
-                    break
-                if st == "failed":
-                    say(f"\nmigration failed: {err}")
-                    break
-                if now - t0 > args.timeout:
-                    say("\ngave up waiting (--timeout)")
-                    break
-                time.sleep(0.5)
-        say("")
+        if rc == 0:
+            with psycopg.connect(cl.conninfo("tpcc"), autocommit=True) as c:
+                done_at = c.execute("SELECT extract(epoch FROM finished_at)::float8 FROM "
+                                    "leapfrog.migrations WHERE name = %s", (name,)).fetchone()[0]
+            progress.append((done_at, 1.0))
+        elif rc == 5:
+            say("gave up waiting (--timeout)")
+        else:
+            say(f"leapfrog wait: exit status {rc}")
         if done_at:
             say(f"migration complete after {done_at - t0:.1f}s (eager copy: {eager_s:.1f}s, "
                 f"ratio {(done_at - t0) / eager_s:.2f})")

@@ -43,8 +43,12 @@ def rate(r):
 
 
 def one_line(sql, width=72):
-    """A statement on one line, shortened to width characters."""
-    text = " ".join((sql or "").split())
+    """A statement on one line without the comment lines before it,
+    shortened to width characters."""
+    lines = (sql or "").splitlines()
+    while lines and (not lines[0].strip() or lines[0].lstrip().startswith("--")):
+        lines.pop(0)
+    text = " ".join(" ".join(lines).split())
     return text if len(text) <= width else text[:width - 3] + "..."
 
 
