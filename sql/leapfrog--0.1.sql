@@ -28,7 +28,10 @@ CREATE TABLE leapfrog.migration (
     -- that state (docs/design.md, "Snapshots older than the switch or the
     -- completion").
     start_xid    xid8 NOT NULL DEFAULT pg_catalog.pg_current_xact_id(),
-    done_xid     xid8
+    done_xid     xid8,
+    -- What the background worker does with a row that cannot be migrated:
+    -- fail the migration on it, or set it aside into leapfrog_quarantine.
+    on_error     text NOT NULL DEFAULT 'fail' CHECK (on_error IN ('fail', 'quarantine'))
 );
 
 -- One row per retired input table.
@@ -67,9 +70,29 @@ CREATE TABLE leapfrog.progress (
 );
 CREATE INDEX ON leapfrog.progress (migration_id);
 
+-- Input rows the background worker could not migrate, and why (the error
+-- of migrating that row alone, as the insert into the new table raised it).
+-- A row leaves this list when it is corrected, quarantined, or migrated
+-- after all; completion empties it.  input_relid is the retired table.
+CREATE TABLE leapfrog.failed_row (
+    migration_id int NOT NULL REFERENCES leapfrog.migration ON DELETE CASCADE,
+    input_relid  oid NOT NULL,
+    row_tid      tid NOT NULL,
+    sqlstate     text NOT NULL,
+    error        text NOT NULL,
+    failed_at    timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp(),
+    PRIMARY KEY (migration_id, input_relid, row_tid)
+);
+
 REVOKE ALL ON ALL TABLES IN SCHEMA leapfrog FROM PUBLIC;
 
-CREATE FUNCTION leapfrog.start(name text, script text)
+-- Rows set aside by leapfrog.quarantine_row() or on_error => 'quarantine':
+-- one table per input of a migration, <input>_m<migration id>, owned by the
+-- migration's owner, with the input's columns and why the row failed.
+CREATE SCHEMA leapfrog_quarantine;
+GRANT USAGE ON SCHEMA leapfrog_quarantine TO PUBLIC;
+
+CREATE FUNCTION leapfrog.start(name text, script text, on_error text DEFAULT 'fail')
 RETURNS void
 AS 'MODULE_PATHNAME', 'leapfrog_start'
 LANGUAGE C STRICT VOLATILE;
@@ -122,6 +145,49 @@ RETURNS boolean
 AS 'MODULE_PATHNAME', 'leapfrog_check_computed'
 LANGUAGE C STABLE PARALLEL SAFE COST 1000;
 
+-- Failed rows: the input row as it is now, as jsonb (NULL once it is gone).
+-- The caller must have the privileges of the migration's owner.
+CREATE FUNCTION leapfrog.retired_row(input regclass, row_tid tid)
+RETURNS jsonb
+AS 'MODULE_PATHNAME', 'leapfrog_retired_row'
+LANGUAGE C STRICT STABLE;
+
+-- Change the named columns of a failed row (changes: {"column": value}); the
+-- row keeps waiting for its migration.  Returns its new ctid.
+CREATE FUNCTION leapfrog.correct_row(migration text, input text, row_tid tid, changes jsonb)
+RETURNS tid
+AS 'MODULE_PATHNAME', 'leapfrog_correct_row'
+LANGUAGE C STRICT VOLATILE;
+
+-- Move a row out of the migration into its quarantine table, which it
+-- returns.  The row is not migrated: the new tables never hold it.
+CREATE FUNCTION leapfrog.quarantine_row(migration text, input text, row_tid tid)
+RETURNS regclass
+AS 'MODULE_PATHNAME', 'leapfrog_quarantine_row'
+LANGUAGE C STRICT VOLATILE;
+
+-- A failed migration runs again: the background worker retries the rows
+-- left, and fails again on a row still wrong.
+CREATE FUNCTION leapfrog.resume(name text)
+RETURNS void
+AS 'MODULE_PATHNAME', 'leapfrog_resume'
+LANGUAGE C STRICT VOLATILE;
+
+-- The failed rows of the migrations the caller may act on (it has the
+-- privileges of their owner).
+CREATE VIEW leapfrog.failed_rows AS
+SELECT m.name AS migration,
+       i.orig_name AS input,
+       f.row_tid AS ctid,
+       leapfrog.retired_row(f.input_relid::regclass, f.row_tid) AS row,
+       f.sqlstate,
+       f.error,
+       f.failed_at
+  FROM leapfrog.failed_row f
+  JOIN leapfrog.migration m ON m.id OPERATOR(pg_catalog.=) f.migration_id
+  JOIN leapfrog.input i ON i.relid OPERATOR(pg_catalog.=) f.input_relid
+ WHERE pg_catalog.pg_has_role(m.owner, 'USAGE');
+
 CREATE VIEW leapfrog.migrations AS
 SELECT m.name,
        m.state,
@@ -131,7 +197,10 @@ SELECT m.name,
             THEN COALESCE(m.tuples_total, p.migrated + leapfrog.remaining(m.name))
             ELSE m.tuples_total END AS tuples_total,
        CASE WHEN m.state = 'done' THEN m.tuples_total ELSE p.migrated END AS tuples_migrated,
-       m.error
+       m.error,
+       m.on_error,
+       (SELECT pg_catalog.count(*) FROM leapfrog.failed_row f
+         WHERE f.migration_id = m.id) AS failed_rows
   FROM leapfrog.migration m
   CROSS JOIN LATERAL (SELECT COALESCE(pg_catalog.sum(g.n), 0)::bigint AS migrated
                         FROM leapfrog.progress g
@@ -139,3 +208,4 @@ SELECT m.name,
 
 GRANT USAGE ON SCHEMA leapfrog TO PUBLIC;
 GRANT SELECT ON leapfrog.migrations TO PUBLIC;
+GRANT SELECT ON leapfrog.failed_rows TO PUBLIC;

@@ -123,7 +123,7 @@ leapfrog_wait(PG_FUNCTION_ARGS)
 					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 					 errmsg("migration \"%s\" failed", name),
 					 errdetail("%s", error ? error : "unknown error"),
-					 errhint("Rows that cannot be migrated stay in their retired table; the statements that need them fail.")));
+					 errhint("See leapfrog.failed_rows: correct the rows (leapfrog.correct_row) or set them aside (leapfrog.quarantine_row), then leapfrog.resume('%s').", name)));
 		if (timeout_s >= 0 &&
 			TimestampDifferenceExceeds(start, GetCurrentTimestamp(), (int) (timeout_s * 1000)))
 			PG_RETURN_BOOL(false);

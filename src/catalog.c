@@ -63,6 +63,7 @@ List	   *lf_recent_done = NIL;
 #define Anum_migration_started_at	6
 #define Anum_migration_start_xid	10
 #define Anum_migration_done_xid		11
+#define Anum_migration_on_error		12
 #define Anum_input_migration_id		1
 #define Anum_input_relid			2
 #define Anum_input_in_place			4
@@ -235,6 +236,12 @@ load_migration(HeapTuple tup, TupleDesc desc)
 	m->name = TextDatumGetCString(heap_getattr(tup, Anum_migration_name, desc, &isnull));
 	m->owner = DatumGetObjectId(heap_getattr(tup, Anum_migration_owner, desc, &isnull));
 	m->failed = (strcmp(state, "failed") == 0);
+	if (desc->natts >= Anum_migration_on_error)
+	{
+		Datum		on_error = heap_getattr(tup, Anum_migration_on_error, desc, &isnull);
+
+		m->quarantine = !isnull && strcmp(TextDatumGetCString(on_error), "quarantine") == 0;
+	}
 	m->started_at = DatumGetTimestampTz(heap_getattr(tup, Anum_migration_started_at, desc, &isnull));
 	m->started = load_xact(tup, Anum_migration_start_xid, desc);
 	m->done = done;
@@ -535,17 +542,17 @@ spi_connect(void)
 
 /* A new migration, running; its id. */
 int
-lf_catalog_add_migration(const char *name, Oid owner, const char *script)
+lf_catalog_add_migration(const char *name, Oid owner, const char *script, const char *on_error)
 {
-	Oid			types[3] = {TEXTOID, OIDOID, TEXTOID};
-	Datum		values[3] = {CStringGetTextDatum(name), ObjectIdGetDatum(owner),
-	CStringGetTextDatum(script)};
+	Oid			types[4] = {TEXTOID, OIDOID, TEXTOID, TEXTOID};
+	Datum		values[4] = {CStringGetTextDatum(name), ObjectIdGetDatum(owner),
+	CStringGetTextDatum(script), CStringGetTextDatum(on_error)};
 	bool		isnull;
 	int			id;
 
 	spi_connect();
-	catalog_sql("INSERT INTO leapfrog.migration (name, owner, script) VALUES ($1, $2, $3) RETURNING id",
-				3, types, values, false, SPI_OK_INSERT_RETURNING);
+	catalog_sql("INSERT INTO leapfrog.migration (name, owner, script, on_error) VALUES ($1, $2, $3, $4) RETURNING id",
+				4, types, values, false, SPI_OK_INSERT_RETURNING);
 	id = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	SPI_finish();
 	return id;
@@ -641,8 +648,13 @@ lf_catalog_mark_done(int migration_id, int64 pending)
 				2, types, values, false, SPI_OK_UPDATE);
 	marked = SPI_processed > 0;
 	if (marked)
+	{
 		catalog_sql("DELETE FROM leapfrog.progress WHERE migration_id OPERATOR(pg_catalog.=) $1",
 					1, types, values, false, SPI_OK_DELETE);
+		/* rows that failed once and moved after all */
+		catalog_sql("DELETE FROM leapfrog.failed_row WHERE migration_id OPERATOR(pg_catalog.=) $1",
+					1, types, values, false, SPI_OK_DELETE);
+	}
 	SPI_finish();
 	if (marked)
 		lf_invalidate_all();
@@ -756,4 +768,93 @@ lf_catalog_log_progress(int migration_id, int64 n)
 	CatalogTupleInsert(rel, tup);
 	heap_freetuple(tup);
 	table_close(rel, RowExclusiveLock);
+}
+
+/* ---------------------------------------------------------------------
+ * Failed rows (failed.c)
+ * ---------------------------------------------------------------------
+ */
+/* Record (or record again) a row the worker could not migrate. */
+void
+lf_catalog_add_failed_row(int migration_id, Oid input, ItemPointer tid,
+						  const char *sqlstate, const char *error)
+{
+	Oid			types[5] = {INT4OID, OIDOID, TIDOID, TEXTOID, TEXTOID};
+	Datum		values[5] = {Int32GetDatum(migration_id), ObjectIdGetDatum(input),
+		ItemPointerGetDatum(tid), CStringGetTextDatum(sqlstate), CStringGetTextDatum(error)};
+
+	spi_connect();
+	catalog_sql("INSERT INTO leapfrog.failed_row (migration_id, input_relid, row_tid, sqlstate, error) "
+				"VALUES ($1, $2, $3, $4, $5) ON CONFLICT (migration_id, input_relid, row_tid) "
+				"DO UPDATE SET sqlstate = excluded.sqlstate, error = excluded.error, "
+				"failed_at = excluded.failed_at",
+				5, types, values, false, SPI_OK_INSERT);
+	SPI_finish();
+}
+
+/*
+ * Forget a failed row (corrected, quarantined); true if it was recorded,
+ * with its SQLSTATE and error in *sqlstate and *error (caller's context).
+ */
+bool
+lf_catalog_forget_failed_row(int migration_id, Oid input, ItemPointer tid,
+							 char **sqlstate, char **error)
+{
+	MemoryContext caller = CurrentMemoryContext;
+	Oid			types[3] = {INT4OID, OIDOID, TIDOID};
+	Datum		values[3] = {Int32GetDatum(migration_id), ObjectIdGetDatum(input),
+	ItemPointerGetDatum(tid)};
+	bool		found;
+
+	spi_connect();
+	catalog_sql("DELETE FROM leapfrog.failed_row WHERE migration_id OPERATOR(pg_catalog.=) $1 "
+				"AND input_relid OPERATOR(pg_catalog.=) $2 AND row_tid OPERATOR(pg_catalog.=) $3 "
+				"RETURNING sqlstate, error",
+				3, types, values, false, SPI_OK_DELETE_RETURNING);
+	found = SPI_processed > 0;
+	*sqlstate = *error = NULL;
+	if (found)
+	{
+		*sqlstate = MemoryContextStrdup(caller, SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1));
+		*error = MemoryContextStrdup(caller, SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2));
+	}
+	SPI_finish();
+	return found;
+}
+
+/* The retired table of migration_id whose name before start() was orig_name */
+Oid
+lf_catalog_input_named(int migration_id, const char *orig_name)
+{
+	Oid			types[2] = {INT4OID, TEXTOID};
+	Datum		values[2] = {Int32GetDatum(migration_id), CStringGetTextDatum(orig_name)};
+	Oid			relid = InvalidOid;
+	bool		isnull;
+
+	spi_connect();
+	catalog_sql("SELECT relid FROM leapfrog.input WHERE migration_id OPERATOR(pg_catalog.=) $1 "
+				"AND orig_name OPERATOR(pg_catalog.=) $2",
+				2, types, values, false, SPI_OK_SELECT);
+	if (SPI_processed > 0)
+		relid = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	SPI_finish();
+	return relid;
+}
+
+/* A failed migration runs again; false if it was not failed. */
+bool
+lf_catalog_resume(int migration_id)
+{
+	Oid			types[1] = {INT4OID};
+	Datum		values[1] = {Int32GetDatum(migration_id)};
+	bool		resumed;
+
+	spi_connect();
+	catalog_sql("UPDATE leapfrog.migration SET state = 'running', error = NULL "
+				"WHERE id OPERATOR(pg_catalog.=) $1 AND state OPERATOR(pg_catalog.=) 'failed'",
+				1, types, values, false, SPI_OK_UPDATE);
+	resumed = SPI_processed > 0;
+	SPI_finish();
+	lf_invalidate_all();
+	return resumed;
 }

@@ -22,6 +22,8 @@
  *	worker.c	launcher and per-database background workers
  *	utility.c	ProcessUtility hook: DDL guard on tables under migration
  *	api.c		leapfrog.complete(), wait(), remaining()
+ *	failed.c	rows that cannot be migrated: listing, correction, quarantine,
+ *				resume
  *-------------------------------------------------------------------------
  */
 #ifndef LEAPFROG_H
@@ -186,6 +188,7 @@ typedef struct LfMigration
 	char	   *name;
 	Oid			owner;
 	bool		failed;
+	bool		quarantine;		/* on_error => 'quarantine' (failed.c) */
 	TimestampTz started_at;
 	LfXact		started;		/* the transaction of start() */
 	LfXact		done;			/* of the completion (lf_recent_done only) */
@@ -215,7 +218,8 @@ extern Oid	lf_catalog_owner(void);
 extern void lf_invalidate_all(void);
 extern Oid	lf_retired_namespace(void);
 extern char *lf_relation_name(Oid relid);
-extern int	lf_catalog_add_migration(const char *name, Oid owner, const char *script);
+extern int	lf_catalog_add_migration(const char *name, Oid owner, const char *script,
+									 const char *on_error);
 extern void lf_catalog_add_input(int migration_id, Oid relid, const char *orig_name,
 								 bool in_place);
 extern void lf_catalog_add_mapping(int migration_id, Oid input, Oid target, const char *query);
@@ -228,6 +232,16 @@ extern void lf_catalog_set_total(int migration_id, int64 total);
 extern int64 lf_catalog_progress_sum(int migration_id);
 extern List *lf_catalog_done_inputs(MemoryContext cxt);
 extern void lf_catalog_log_progress(int migration_id, int64 n);
+extern void lf_catalog_add_failed_row(int migration_id, Oid input, ItemPointer tid,
+									  const char *sqlstate, const char *error);
+extern bool lf_catalog_forget_failed_row(int migration_id, Oid input, ItemPointer tid,
+										 char **sqlstate, char **error);
+extern Oid	lf_catalog_input_named(int migration_id, const char *orig_name);
+extern bool lf_catalog_resume(int migration_id);
+
+/* failed.c */
+extern void lf_quarantine(LfMigration *mig, Oid input, ItemPointer tid,
+						  const char *sqlstate, const char *error);
 
 /* units.c */
 extern int	lf_mapping_natts(Query *q);

@@ -90,6 +90,7 @@ typedef struct StartState
 {
 	const char *name;
 	const char *script;
+	const char *on_error;		/* "fail" or "quarantine" (failed.c) */
 	MemoryContext cxt;			/* where results live: SPI calls switch contexts */
 	List	   *all_stmts;		/* RawStmt, as parsed */
 	List	   *stmts;			/* RawStmt, without a BEGIN ... COMMIT around */
@@ -1512,7 +1513,8 @@ switch_attempt(void *arg)
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	lock_dropped_tables(st);
-	st->migration_id = lf_catalog_add_migration(st->name, GetUserId(), st->script);
+	st->migration_id = lf_catalog_add_migration(st->name, GetUserId(), st->script,
+											   st->on_error);
 	run_script(st);
 	check_inputs_retired(st);
 	record_migration(st);
@@ -1626,6 +1628,10 @@ leapfrog_start(PG_FUNCTION_ARGS)
 	INSTR_TIME_SET_CURRENT(t0);
 	st.name = text_to_cstring(PG_GETARG_TEXT_PP(0));
 	st.script = text_to_cstring(PG_GETARG_TEXT_PP(1));
+	st.on_error = PG_NARGS() > 2 ? text_to_cstring(PG_GETARG_TEXT_PP(2)) : "fail";
+	if (strcmp(st.on_error, "fail") != 0 && strcmp(st.on_error, "quarantine") != 0)
+		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						errmsg("on_error must be 'fail' or 'quarantine', not \"%s\"", st.on_error)));
 	if (st.name[0] == '\0')
 		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 						errmsg("migration name must not be empty")));
@@ -1747,6 +1753,7 @@ leapfrog_plan(PG_FUNCTION_ARGS)
 	cxt = CurrentMemoryContext;
 	st.cxt = cxt;
 	st.planning = true;
+	st.on_error = "fail";
 	st.name = psprintf("leapfrog.plan() of backend %d at " INT64_FORMAT,
 					   MyProcPid, (int64) GetCurrentTimestamp());
 	st.script = text_to_cstring(PG_GETARG_TEXT_PP(0));

@@ -777,20 +777,75 @@ run_batch(Batch *b)
 }
 
 /*
+ * Record a row the worker could not migrate, in a transaction of its own:
+ * quarantined (on_error => 'quarantine'; true) or listed in
+ * leapfrog.failed_row.  A quarantine that fails lists the row.
+ */
+static bool
+record_bad_row(int migration_id, Oid input, ItemPointer tid, ErrorData *e)
+{
+	const char *sqlstate = unpack_sql_state(e->sqlerrcode);
+	volatile bool quarantined = false;
+	LfMigration *mig;
+
+	StartTransactionCommand();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	lf_cache_load();
+	mig = lf_migration_by_id(migration_id);
+	if (mig && mig->quarantine)
+	{
+		PG_TRY();
+		{
+			lf_quarantine(mig, input, tid, sqlstate, e->message);
+			PopActiveSnapshot();
+			CommitTransactionCommand();
+			quarantined = true;
+		}
+		PG_CATCH();
+		{
+			ErrorData  *qe = lf_abort_with_error(TopMemoryContext, false, NULL);
+
+			ereport(LOG,
+					(errmsg("leapfrog: could not quarantine row (%u,%u) of %u: %s",
+							ItemPointerGetBlockNumberNoCheck(tid),
+							ItemPointerGetOffsetNumberNoCheck(tid), input, qe->message)));
+			FreeErrorData(qe);
+		}
+		PG_END_TRY();
+		if (quarantined)
+			return true;
+		StartTransactionCommand();
+		PushActiveSnapshot(GetTransactionSnapshot());
+		lf_cache_load();
+		mig = lf_migration_by_id(migration_id);
+	}
+	if (mig)
+		lf_catalog_add_failed_row(migration_id, input, tid, sqlstate, e->message);
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+	return false;
+}
+
+/*
  * After a batch failed on a row error: migrate its rows one by one, each in
- * a transaction, to find the row that cannot be migrated, and fail the
- * migration on it.  False if it did.
+ * a transaction, to find the rows that cannot be migrated.  Each is
+ * quarantined (on_error => 'quarantine') or listed in leapfrog.failed_row;
+ * a listed one fails the migration once the batch has been tried through,
+ * so that the operator sees all of the batch's bad rows at once (failed.c).
+ * False if it failed.
  */
 static bool
 fail_on_bad_row(Batch *b)
 {
 	volatile int i;
+	char	   *volatile first = NULL;
+	volatile int nfailed = 0;
 
 	for (i = 0; i < b->claim.n; i++)
 	{
 		ItemPointer tid = &b->claim.tids[i];
 		LfMigration *mig;
-		char	   *volatile msg = NULL;
+		ErrorData  *volatile e = NULL;
 		char	   *iname;
 
 		StartTransactionCommand();
@@ -809,24 +864,40 @@ fail_on_bad_row(Batch *b)
 		}
 		PG_CATCH();
 		{
-			ErrorData  *e = lf_abort_with_error(TopMemoryContext, false, NULL);
-
-			msg = psprintf("input row (%u,%u) of %s: %s",
-						   ItemPointerGetBlockNumberNoCheck(tid),
-						   ItemPointerGetOffsetNumberNoCheck(tid), iname, e->message);
+			e = lf_abort_with_error(TopMemoryContext, false, NULL);
 		}
 		PG_END_TRY();
-		pfree(iname);
-		if (msg)
+		if (e)
 		{
-			StartTransactionCommand();
-			PushActiveSnapshot(GetTransactionSnapshot());
-			lf_catalog_mark_failed(b->migration_id, msg);
-			PopActiveSnapshot();
-			CommitTransactionCommand();
-			ereport(LOG, (errmsg("leapfrog: migration failed: %s", msg)));
-			return false;
+			char	   *msg = psprintf("input row (%u,%u) of %s: %s",
+									   ItemPointerGetBlockNumberNoCheck(tid),
+									   ItemPointerGetOffsetNumberNoCheck(tid), iname, e->message);
+
+			if (record_bad_row(b->migration_id, b->input, tid, e))
+				ereport(LOG, (errmsg("leapfrog: quarantined %s", msg)));
+			else
+			{
+				if (first == NULL)
+					first = MemoryContextStrdup(TopMemoryContext, msg);
+				nfailed++;
+			}
+			FreeErrorData(e);
 		}
+		pfree(iname);
+	}
+	if (first)
+	{
+		char	   *msg = nfailed == 1 ? first :
+			psprintf("%s (and %d more rows: see leapfrog.failed_rows)", first, nfailed - 1);
+
+		StartTransactionCommand();
+		PushActiveSnapshot(GetTransactionSnapshot());
+		lf_catalog_mark_failed(b->migration_id, msg);
+		PopActiveSnapshot();
+		CommitTransactionCommand();
+		ereport(LOG, (errmsg("leapfrog: migration failed: %s", msg)));
+		pfree(first);
+		return false;
 	}
 	return true;
 }

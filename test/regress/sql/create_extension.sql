@@ -12,12 +12,22 @@ SELECT has_schema_privilege('public', 'leapfrog_retired', 'USAGE') AS public_usa
 -- The functions of the contract.
 SELECT p.oid::regprocedure AS function, p.prorettype::regtype AS returns
   FROM pg_proc p
- WHERE p.oid IN ('leapfrog.start(text,text)'::regprocedure,
+ WHERE p.oid IN ('leapfrog.start(text,text,text)'::regprocedure,
                  'leapfrog.complete(text)'::regprocedure,
                  'leapfrog.wait(text,float8)'::regprocedure,
-                 'leapfrog.remaining(text)'::regprocedure)
+                 'leapfrog.remaining(text)'::regprocedure,
+                 'leapfrog.plan(text)'::regprocedure,
+                 'leapfrog.correct_row(text,text,tid,jsonb)'::regprocedure,
+                 'leapfrog.quarantine_row(text,text,tid)'::regprocedure,
+                 'leapfrog.resume(text)'::regprocedure)
  ORDER BY 1::text;
 SELECT pg_get_function_arguments('leapfrog.wait(text,float8)'::regprocedure);
+SELECT pg_get_function_arguments('leapfrog.start(text,text,text)'::regprocedure);
+-- Failed rows, for the owners of their migrations.
+SELECT attname, atttypid::regtype AS type
+  FROM pg_attribute
+ WHERE attrelid = 'leapfrog.failed_rows'::regclass AND attnum > 0
+ ORDER BY attnum;
 -- The view of the contract.
 SELECT attname, atttypid::regtype AS type
   FROM pg_attribute

@@ -1,0 +1,385 @@
+/*-------------------------------------------------------------------------
+ * failed.c
+ *	  Rows that cannot be migrated: listing, correction, quarantine, resume.
+ *
+ * A row whose migration raises (its mapping fails on it, or inserting its
+ * image breaks a constraint of a new table) stays unmigrated in its retired
+ * table, and the statements that need it fail with that error.  The
+ * background worker tries the rows of a failed batch one by one and records
+ * each bad one in leapfrog.failed_row (worker.c).  By default it then fails
+ * the migration; a migration started with on_error => 'quarantine' moves
+ * the row into a quarantine table instead, and goes on.  An operator with
+ * the privileges of the migration's owner lists the rows
+ * (leapfrog.failed_rows, which shows each as jsonb through retired_row()),
+ * corrects one (correct_row, an UPDATE of the retired row) or sets it aside
+ * (quarantine_row), and resumes the migration.  Nothing is dropped: a
+ * quarantined row stays in its quarantine table until the operator deletes
+ * it.
+ *
+ * Privileges: the retired tables live in leapfrog_retired, which only the
+ * extension's owner may reach by name.  A statement on one is parsed as the
+ * catalog's owner with search_path = pg_catalog, pg_temp (which resolves
+ * the names, nothing else), and runs as the migration's owner in a
+ * security-restricted operation: the code it calls (type input and output,
+ * defaults, constraints) runs with the owner's rights, never the catalog
+ * owner's.
+ *
+ * Locking: a correction or a quarantine is an ordinary UPDATE or DELETE of
+ * the retired row, so a statement migrating the row at the same moment
+ * waits for its lock, or the other way round, as for any two writes.
+ *-------------------------------------------------------------------------
+ */
+#include "leapfrog.h"
+
+#include "access/relation.h"
+#include "access/table.h"
+#include "access/tableam.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "executor/tuptable.h"
+#include "fmgr.h"
+#include "miscadmin.h"
+#include "nodes/makefuncs.h"
+#include "storage/bufmgr.h"
+#include "utils/acl.h"
+#include "utils/builtins.h"
+#include "utils/fmgroids.h"
+#include "utils/guc.h"
+#include "utils/jsonb.h"
+#include "utils/lsyscache.h"
+#include "utils/rel.h"
+#include "utils/snapmgr.h"
+
+PG_FUNCTION_INFO_V1(leapfrog_retired_row);
+PG_FUNCTION_INFO_V1(leapfrog_correct_row);
+PG_FUNCTION_INFO_V1(leapfrog_quarantine_row);
+PG_FUNCTION_INFO_V1(leapfrog_resume);
+
+/* The running or failed migration called name, whose owner the caller acts for */
+static LfMigration *
+owned_migration(const char *name)
+{
+	ListCell   *lc;
+
+	lf_require_preload();
+	lf_cache_load();
+	foreach(lc, lf_active)
+	{
+		LfMigration *mig = lfirst(lc);
+
+		if (strcmp(mig->name, name) != 0)
+			continue;
+		if (!has_privs_of_role(GetUserId(), mig->owner))
+			ereport(ERROR,
+					(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+					 errmsg("must be the owner of migration \"%s\"", name)));
+		return mig;
+	}
+	ereport(ERROR,
+			(errcode(ERRCODE_UNDEFINED_OBJECT),
+			 errmsg("migration \"%s\" does not exist or is done", name),
+			 errhint("See SELECT name, state FROM leapfrog.migrations.")));
+	return NULL;				/* keep the compiler quiet */
+}
+
+/* The retired table of mig that was called input before start() */
+static Oid
+input_named(LfMigration *mig, const char *input)
+{
+	Oid			relid = lf_catalog_input_named(mig->id, input);
+
+	if (!OidIsValid(relid) || !list_member_oid(mig->inputs, relid))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_TABLE),
+				 errmsg("migration \"%s\" has no input table \"%s\"", mig->name, input),
+				 errhint("Name it as leapfrog.failed_rows shows it, schema-qualified.")));
+	return relid;
+}
+
+/*
+ * Run sql (parameters $1..) on the retired tables, as described at the top
+ * of the file; SPI must be connected.  Returns SPI_processed.
+ */
+static uint64
+run_as_owner(Oid owner, const char *sql, int nargs, Oid *types, Datum *values, int expect)
+{
+	int			nest = NewGUCNestLevel();
+	SPIPlanPtr	plan;
+	LfSavedUser saved;
+	int			rc;
+
+	(void) set_config_option("search_path", "pg_catalog, pg_temp", PGC_USERSET,
+							 PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+	saved = lf_become(lf_catalog_owner(), 0);
+	plan = SPI_prepare(sql, nargs, types);
+	lf_unbecome(saved);
+	if (plan == NULL)
+		elog(ERROR, "leapfrog: could not prepare \"%s\": %s", sql,
+			 SPI_result_code_string(SPI_result));
+	saved = lf_become(owner, SECURITY_RESTRICTED_OPERATION);
+	rc = SPI_execute_plan(plan, values, NULL, false, 0);
+	lf_unbecome(saved);
+	AtEOXact_GUC(true, nest);
+	if (rc != expect)
+		elog(ERROR, "leapfrog: statement failed (%s): %s", SPI_result_code_string(rc), sql);
+	return SPI_processed;
+}
+
+static char *
+tid_text(ItemPointer tid)
+{
+	return psprintf("(%u,%u)", ItemPointerGetBlockNumberNoCheck(tid),
+					ItemPointerGetOffsetNumberNoCheck(tid));
+}
+
+/*
+ * leapfrog.retired_row(input regclass, row_tid tid): the row of a retired
+ * table, as jsonb, as the statement's snapshot sees it; NULL if it is gone.
+ */
+Datum
+leapfrog_retired_row(PG_FUNCTION_ARGS)
+{
+	Oid			relid = PG_GETARG_OID(0);
+	ItemPointer tid = (ItemPointer) PG_GETARG_POINTER(1);
+	Relation	rel = try_relation_open(relid, AccessShareLock);
+	TupleTableSlot *slot;
+	Datum		result = (Datum) 0;
+	bool		found = false;
+
+	if (rel == NULL)
+		PG_RETURN_NULL();
+	if (RelationGetNamespace(rel) != lf_retired_namespace() ||
+		rel->rd_rel->relkind != RELKIND_RELATION)
+		ereport(ERROR,
+				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
+				 errmsg("\"%s\" is not a retired table of a migration", RelationGetRelationName(rel))));
+	if (!has_privs_of_role(GetUserId(), rel->rd_rel->relowner))
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("must have the privileges of the owner of the migration of \"%s\"",
+						RelationGetRelationName(rel))));
+	slot = table_slot_create(rel, NULL);
+	if (ItemPointerIsValid(tid) &&
+		ItemPointerGetBlockNumber(tid) < RelationGetNumberOfBlocks(rel))
+		found = table_tuple_fetch_row_version(rel, tid, GetActiveSnapshot(), slot);
+	if (found)
+	{
+		Datum		row = ExecFetchSlotHeapTupleDatum(slot);
+		FmgrInfo	flinfo;
+		LfSavedUser saved;
+
+		/* to_jsonb(row): its argument's type comes from the expression */
+		fmgr_info(F_TO_JSONB, &flinfo);
+		fmgr_info_set_expr((Node *) makeFuncExpr(F_TO_JSONB, JSONBOID,
+												 list_make1(makeNullConst(RelationGetDescr(rel)->tdtypeid,
+																		  -1, InvalidOid)),
+												 InvalidOid, InvalidOid, COERCE_EXPLICIT_CALL),
+						   &flinfo);
+		saved = lf_become(rel->rd_rel->relowner, SECURITY_RESTRICTED_OPERATION);
+		result = FunctionCall1(&flinfo, row);
+		lf_unbecome(saved);
+	}
+	ExecDropSingleTupleTableSlot(slot);
+	relation_close(rel, AccessShareLock);
+	if (!found)
+		PG_RETURN_NULL();
+	PG_RETURN_DATUM(result);
+}
+
+/*
+ * leapfrog.correct_row(migration, input, row_tid, changes jsonb): set the
+ * columns named in changes, as jsonb_populate_record reads them, on a row
+ * not migrated yet.  Returns the row's new ctid.
+ */
+Datum
+leapfrog_correct_row(PG_FUNCTION_ARGS)
+{
+	char	   *name = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	char	   *input = text_to_cstring(PG_GETARG_TEXT_PP(1));
+	ItemPointer tid = (ItemPointer) PG_GETARG_POINTER(2);
+	Jsonb	   *changes = PG_GETARG_JSONB_P(3);
+	LfMigration *mig = owned_migration(name);
+	Oid			relid = input_named(mig, input);
+	char	   *qname = quote_qualified_identifier("leapfrog_retired", get_rel_name(relid));
+	StringInfoData cols;
+	JsonbIterator *it;
+	JsonbValue	v;
+	JsonbIteratorToken tok;
+	int			depth = 0;
+	Oid			types[2] = {JSONBOID, TIDOID};
+	Datum		values[2] = {JsonbPGetDatum(changes), ItemPointerGetDatum(tid)};
+	ItemPointerData newtid;
+	char	   *sqlstate;
+	char	   *error;
+
+	if (!JB_ROOT_IS_OBJECT(changes) || JB_ROOT_IS_SCALAR(changes))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("changes must be a jsonb object of column names and values")));
+	initStringInfo(&cols);
+	it = JsonbIteratorInit(&changes->root);
+	while ((tok = JsonbIteratorNext(&it, &v, true)) != WJB_DONE)
+	{
+		char	   *col;
+		AttrNumber	attnum;
+
+		if (tok == WJB_BEGIN_OBJECT)
+			depth++;
+		else if (tok == WJB_END_OBJECT)
+			depth--;
+		if (tok != WJB_KEY || depth != 1)
+			continue;
+		col = pnstrdup(v.val.string.val, v.val.string.len);
+		attnum = get_attnum(relid, col);
+		if (attnum <= 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_UNDEFINED_COLUMN),
+					 errmsg("column \"%s\" of input \"%s\" does not exist", col, input)));
+		if (get_attgenerated(relid, attnum))
+			ereport(ERROR,
+					(errcode(ERRCODE_GENERATED_ALWAYS),
+					 errmsg("column \"%s\" of input \"%s\" is generated", col, input)));
+		appendStringInfo(&cols, "%s%s", cols.len ? ", " : "", quote_identifier(col));
+	}
+	if (cols.len == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("changes names no column")));
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	if (run_as_owner(mig->owner,
+					 psprintf("UPDATE %s AS t SET (%s) = (SELECT %s FROM pg_catalog.jsonb_populate_record(t, $1) AS r) "
+							  "WHERE t.ctid OPERATOR(pg_catalog.=) $2 RETURNING t.ctid",
+							  qname, cols.data, cols.data),
+					 2, types, values, SPI_OK_UPDATE_RETURNING) == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_NO_DATA_FOUND),
+				 errmsg("row %s of \"%s\" is not waiting for migration \"%s\"",
+						tid_text(tid), input, name),
+				 errdetail("It was migrated, corrected or quarantined meanwhile."),
+				 errhint("See leapfrog.failed_rows for the rows left and their ctids.")));
+	{
+		bool		isnull;
+
+		newtid = *DatumGetItemPointer(SPI_getbinval(SPI_tuptable->vals[0],
+													SPI_tuptable->tupdesc, 1, &isnull));
+	}
+	SPI_finish();
+	(void) lf_catalog_forget_failed_row(mig->id, relid, tid, &sqlstate, &error);
+	{
+		ItemPointer res = palloc(sizeof(ItemPointerData));
+
+		ItemPointerCopy(&newtid, res);
+		PG_RETURN_POINTER(res);
+	}
+}
+
+/*
+ * Move one row of input (a retired table of mig) into the input's
+ * quarantine table, created on first use and owned by the migration's
+ * owner; returns the quarantine table, or InvalidOid if the row is gone.
+ */
+static Oid
+quarantine(LfMigration *mig, Oid input, ItemPointer tid, const char *sqlstate,
+		   const char *error)
+{
+	char	   *retired = get_rel_name(input);
+	char	   *orig;
+	char		qname[NAMEDATALEN];
+	Oid			qnsp = get_namespace_oid("leapfrog_quarantine", false);
+	Oid			qrel;
+	Oid			types[3] = {TIDOID, TEXTOID, TEXTOID};
+	Datum		values[3] = {ItemPointerGetDatum(tid),
+		CStringGetTextDatum(sqlstate ? sqlstate : ""), CStringGetTextDatum(error ? error : "")};
+	uint64		moved;
+
+	/* retired tables are named m<id>_<oid>_<name> (start.c) */
+	orig = strchr(retired, '_');
+	orig = orig ? strchr(orig + 1, '_') : NULL;
+	orig = orig ? orig + 1 : retired;
+	snprintf(qname, sizeof(qname), "%.*s_m%d", NAMEDATALEN - 16, orig, mig->id);
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	qrel = get_relname_relid(qname, qnsp);
+	if (!OidIsValid(qrel))
+	{
+		/* the columns of the input: CREATE TABLE ... LIKE runs no user code */
+		LfSavedUser saved = lf_become(lf_catalog_owner(), 0);
+		char	   *qq = quote_qualified_identifier("leapfrog_quarantine", qname);
+		char	   *owner = GetUserNameFromId(mig->owner, false);
+
+		if (SPI_execute(psprintf("CREATE TABLE %s (LIKE %s, failed_sqlstate text, failed_error text, "
+								 "quarantined_at timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp())",
+								 qq, quote_qualified_identifier("leapfrog_retired", retired)),
+						false, 0) != SPI_OK_UTILITY ||
+			SPI_execute(psprintf("ALTER TABLE %s OWNER TO %s", qq, quote_identifier(owner)),
+						false, 0) != SPI_OK_UTILITY ||
+			SPI_execute(psprintf("COMMENT ON TABLE %s IS %s", qq,
+								 quote_literal_cstr(psprintf("Rows of %s that migration %s could not migrate, set aside.",
+															 retired, mig->name))),
+						false, 0) != SPI_OK_UTILITY)
+			elog(ERROR, "leapfrog: could not create quarantine table %s", qq);
+		lf_unbecome(saved);
+		CommandCounterIncrement();
+		qrel = get_relname_relid(qname, qnsp);
+	}
+	moved = run_as_owner(mig->owner,
+						 psprintf("WITH moved AS (DELETE FROM %s AS t WHERE t.ctid OPERATOR(pg_catalog.=) $1 RETURNING t.*) "
+								  "INSERT INTO %s SELECT moved.*, $2, $3 FROM moved",
+								  quote_qualified_identifier("leapfrog_retired", retired),
+								  quote_qualified_identifier("leapfrog_quarantine", qname)),
+						 3, types, values, SPI_OK_INSERT);
+	SPI_finish();
+	return moved > 0 ? qrel : InvalidOid;
+}
+
+/* The worker's quarantine of a row it could not migrate (on_error => 'quarantine') */
+void
+lf_quarantine(LfMigration *mig, Oid input, ItemPointer tid, const char *sqlstate,
+			  const char *error)
+{
+	(void) quarantine(mig, input, tid, sqlstate, error);
+}
+
+/* leapfrog.quarantine_row(migration, input, row_tid) */
+Datum
+leapfrog_quarantine_row(PG_FUNCTION_ARGS)
+{
+	char	   *name = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	char	   *input = text_to_cstring(PG_GETARG_TEXT_PP(1));
+	ItemPointer tid = (ItemPointer) PG_GETARG_POINTER(2);
+	LfMigration *mig = owned_migration(name);
+	Oid			relid = input_named(mig, input);
+	char	   *sqlstate;
+	char	   *error;
+	Oid			qrel;
+
+	(void) lf_catalog_forget_failed_row(mig->id, relid, tid, &sqlstate, &error);
+	qrel = quarantine(mig, relid, tid, sqlstate, error);
+	if (!OidIsValid(qrel))
+		ereport(ERROR,
+				(errcode(ERRCODE_NO_DATA_FOUND),
+				 errmsg("row %s of \"%s\" is not waiting for migration \"%s\"",
+						tid_text(tid), input, name),
+				 errdetail("It was migrated, corrected or quarantined meanwhile."),
+				 errhint("See leapfrog.failed_rows for the rows left and their ctids.")));
+	PG_RETURN_OID(qrel);
+}
+
+/* leapfrog.resume(name): a failed migration runs again */
+Datum
+leapfrog_resume(PG_FUNCTION_ARGS)
+{
+	char	   *name = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	LfMigration *mig = owned_migration(name);
+
+	if (!lf_catalog_resume(mig->id))
+		ereport(NOTICE,
+				(errmsg("migration \"%s\" is running already", name)));
+	else
+		lf_wake_worker_at_commit();
+	PG_RETURN_VOID();
+}

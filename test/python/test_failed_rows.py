@@ -1,0 +1,197 @@
+"""Rows that cannot be migrated: listed, corrected, quarantined, resumed.
+
+The background worker tries a failed batch's rows one by one.  By default
+each bad row is listed in leapfrog.failed_rows (input row as jsonb, SQLSTATE,
+error) and the migration fails once the batch is through; its owner, with
+no superuser rights, corrects a row (leapfrog.correct_row) or sets it aside
+(leapfrog.quarantine_row) and resumes it (leapfrog.resume).  Started with
+on_error => 'quarantine', the worker sets bad rows aside itself.  Either
+way no row is lost: every input row ends in the new table or in the
+quarantine table, where it stays until the operator removes it.
+"""
+
+import psycopg
+import pytest
+
+from support import needs_real_extension, wait_until
+
+ROWS = 3000
+BAD_BALANCE = (17, 1500)        # balance < 0: break the new CHECK
+BAD_EMAIL = 2999                # NULL email: breaks the new NOT NULL
+
+SCRIPT = """
+  CREATE TABLE acct2 (id int PRIMARY KEY, balance int NOT NULL CHECK (balance >= 0),
+                      email text NOT NULL);
+  INSERT INTO acct2 SELECT id, balance, email FROM acct;
+  DROP TABLE acct;
+  ALTER TABLE acct2 RENAME TO acct;
+"""
+
+
+@pytest.fixture(scope="module")
+def cluster(module_cluster_factory):
+    needs_real_extension()
+    return module_cluster_factory(**{"leapfrog.background": "on",
+                                     "leapfrog.background_delay": 0,
+                                     "leapfrog.batch_size": 1000})
+
+
+def _setup(c, db):
+    c.create_database(db)
+    with c.connect(db) as conn:
+        conn.execute("CREATE ROLE op_%s LOGIN" % db)
+        conn.execute("CREATE ROLE other_%s LOGIN" % db)
+        conn.execute("GRANT CREATE ON SCHEMA public TO op_%s" % db)
+        conn.execute("SET ROLE op_%s" % db)
+        conn.execute("CREATE TABLE acct (id int PRIMARY KEY, balance int NOT NULL, email text)")
+        conn.execute("INSERT INTO acct SELECT g, g, 'u' || g FROM generate_series(1, %s) g",
+                     [ROWS])
+        conn.execute("UPDATE acct SET balance = -5 WHERE id = ANY(%s)", [list(BAD_BALANCE)])
+        conn.execute("UPDATE acct SET email = NULL WHERE id = %s", [BAD_EMAIL])
+
+
+def _as(c, db, role):
+    conn = c.connect(db)
+    conn.execute("SET ROLE %s_%s" % (role, db))
+    return conn
+
+
+def _state(conn, name):
+    return conn.execute("SELECT state, failed_rows, error FROM leapfrog.migrations "
+                        "WHERE name = %s", [name]).fetchone()
+
+
+def _failed(conn):
+    return {r[0]["id"]: r for r in conn.execute(
+        "SELECT row, ctid::text, sqlstate, error, input FROM leapfrog.failed_rows "
+        "ORDER BY ctid").fetchall()}
+
+
+def test_fail_correct_quarantine_resume(cluster):
+    c, db = cluster, "frfail"
+    _setup(c, db)
+    with _as(c, db, "op") as conn:
+        conn.execute("SELECT leapfrog.start('acct_v2', %s)", [SCRIPT])
+        wait_until(lambda: _state(conn, "acct_v2")[0] == "failed", 60,
+                   what="the migration to fail on its bad rows")
+        bad = _failed(conn)
+        # The bad rows the worker reached before failing are all listed.
+        assert set(bad) <= set(BAD_BALANCE) | {BAD_EMAIL} and bad
+        for rid, (row, _, sqlstate, error, input_) in bad.items():
+            assert input_ == "public.acct"
+            if rid == BAD_EMAIL:
+                assert (sqlstate, row["email"]) == ("23502", None)
+            else:
+                assert sqlstate == "23514" and row["balance"] == -5
+                assert "acct2_balance_check" in error
+        state, nfailed, error = _state(conn, "acct_v2")
+        assert nfailed == len(bad) and "input row" in error
+
+        # Another role sees none of them and may act on none.
+        with _as(c, db, "other") as other:
+            assert other.execute("SELECT count(*) FROM leapfrog.failed_rows").fetchone()[0] == 0
+            for sql in ("SELECT leapfrog.resume('acct_v2')",
+                        "SELECT leapfrog.quarantine_row('acct_v2', 'public.acct', '(0,1)')",
+                        "SELECT leapfrog.correct_row('acct_v2', 'public.acct', '(0,1)', "
+                        "'{\"balance\": 1}')"):
+                with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                    other.execute(sql)
+
+        # Until everything is fixed, the worker keeps failing on what is left:
+        # correct, quarantine, resume, as often as it takes.
+        quarantined = set()
+        for _ in range(5):
+            state = _state(conn, "acct_v2")[0]
+            if state == "done":
+                break
+            if state == "running":
+                wait_until(lambda: _state(conn, "acct_v2")[0] != "running", 60,
+                           what="the migration to finish or fail again")
+                continue
+            for rid, (row, ctid, *_rest) in _failed(conn).items():
+                if rid == BAD_BALANCE[0]:
+                    conn.execute("SELECT leapfrog.correct_row('acct_v2', 'public.acct', %s, "
+                                 "'{\"balance\": 0}')", [ctid])
+                elif rid == BAD_EMAIL:
+                    conn.execute("SELECT leapfrog.correct_row('acct_v2', 'public.acct', %s, "
+                                 "'{\"email\": \"fixed\"}')", [ctid])
+                else:
+                    q = conn.execute("SELECT leapfrog.quarantine_row('acct_v2', 'public.acct', %s)",
+                                     [ctid]).fetchone()[0]
+                    assert q == "leapfrog_quarantine.acct_m1"
+                    quarantined.add(rid)
+            assert _failed(conn) == {}
+            conn.execute("SELECT leapfrog.resume('acct_v2')")
+        assert conn.execute("SELECT leapfrog.wait('acct_v2', 60)").fetchone()[0]
+        assert _state(conn, "acct_v2")[:2] == ("done", 0)
+        assert quarantined == {BAD_BALANCE[1]}
+
+        # No row lost, none doubled: the new table plus the quarantine.
+        n, d = conn.execute("SELECT count(*), count(DISTINCT id) FROM acct").fetchone()
+        assert (n, d) == (ROWS - 1, ROWS - 1)
+        assert conn.execute("SELECT balance, email FROM acct WHERE id = %s",
+                            [BAD_BALANCE[0]]).fetchone() == (0, "u%d" % BAD_BALANCE[0])
+        assert conn.execute("SELECT email FROM acct WHERE id = %s",
+                            [BAD_EMAIL]).fetchone() == ("fixed",)
+        q = conn.execute("SELECT id, balance, failed_sqlstate, failed_error IS NOT NULL "
+                         "FROM leapfrog_quarantine.acct_m1").fetchall()
+        assert q == [(BAD_BALANCE[1], -5, "23514", True)]
+        # The owner owns the quarantine and may clear it.
+        conn.execute("DELETE FROM leapfrog_quarantine.acct_m1")
+
+
+def test_on_error_quarantine(cluster):
+    c, db = cluster, "frquar"
+    _setup(c, db)
+    with _as(c, db, "op") as conn:
+        conn.execute("SELECT leapfrog.start('acct_v2', %s, on_error => 'quarantine')", [SCRIPT])
+        assert conn.execute("SELECT leapfrog.wait('acct_v2', 60)").fetchone()[0]
+        state, nfailed, error = _state(conn, "acct_v2")
+        assert (state, nfailed, error) == ("done", 0, None)
+        bad = sorted(BAD_BALANCE + (BAD_EMAIL,))
+        assert conn.execute("SELECT array_agg(id ORDER BY id), count(*) FROM acct "
+                            "WHERE id = ANY(%s)", [bad]).fetchone() == (None, 0)
+        assert conn.execute("SELECT count(*) FROM acct").fetchone()[0] == ROWS - 3
+        rows = conn.execute("SELECT id, failed_sqlstate FROM leapfrog_quarantine.acct_m1 "
+                            "ORDER BY id").fetchall()
+        assert rows == [(BAD_BALANCE[0], "23514"), (BAD_BALANCE[1], "23514"),
+                        (BAD_EMAIL, "23502")]
+
+
+def test_api_errors(make_cluster):
+    needs_real_extension()
+    c, db = make_cluster(**{"leapfrog.background": "off"}), "frapi"
+    _setup(c, db)
+    with _as(c, db, "op") as conn:
+        with pytest.raises(psycopg.errors.InvalidParameterValue):
+            conn.execute("SELECT leapfrog.start('x', %s, on_error => 'ignore')", [SCRIPT])
+        conn.execute("SELECT leapfrog.start('acct_v2', %s)", [SCRIPT])
+        with pytest.raises(psycopg.errors.UndefinedObject):
+            conn.execute("SELECT leapfrog.resume('nope')")
+        with pytest.raises(psycopg.errors.UndefinedTable):
+            conn.execute("SELECT leapfrog.quarantine_row('acct_v2', 'public.nope', '(0,1)')")
+        with pytest.raises(psycopg.errors.UndefinedColumn):
+            conn.execute("SELECT leapfrog.correct_row('acct_v2', 'public.acct', '(0,1)', "
+                         "'{\"nope\": 1}')")
+        with pytest.raises(psycopg.errors.NoDataFound):
+            conn.execute("SELECT leapfrog.correct_row('acct_v2', 'public.acct', '(999,1)', "
+                         "'{\"balance\": 1}')")
+        with pytest.raises(psycopg.errors.WrongObjectType):
+            conn.execute("SELECT leapfrog.retired_row('acct'::regclass, '(0,1)')")
+        # A running migration is not resumed; the call says so.
+        notices = []
+        conn.add_notice_handler(lambda d: notices.append(d.message_primary))
+        conn.execute("SELECT leapfrog.resume('acct_v2')")
+        assert any("running already" in n for n in notices)
+        # Any row not migrated yet can be set aside, failed or not.
+        q = conn.execute("SELECT leapfrog.quarantine_row('acct_v2', 'public.acct', '(0,1)')"
+                         ).fetchone()[0]
+        assert q == "leapfrog_quarantine.acct_m1"
+        assert conn.execute("SELECT id, failed_sqlstate FROM leapfrog_quarantine.acct_m1"
+                            ).fetchall() == [(1, "")]
+        assert conn.execute("SELECT count(*) FROM acct WHERE id = 1").fetchone()[0] == 0
+        # complete() migrates in the caller's transaction: it fails with the
+        # row's error and records nothing.
+        with pytest.raises(psycopg.errors.CheckViolation):
+            conn.execute("SELECT leapfrog.complete('acct_v2')")
+        assert conn.execute("SELECT count(*) FROM leapfrog.failed_rows").fetchone()[0] == 0
