@@ -319,7 +319,7 @@ quarantine(LfMigration *mig, Oid input, ItemPointer tid, const char *sqlstate,
 						false, 0) != SPI_OK_UTILITY ||
 			SPI_execute(psprintf("COMMENT ON TABLE %s IS %s", qq,
 								 quote_literal_cstr(psprintf("Rows of %s that migration %s could not migrate, set aside.",
-															 retired, mig->name))),
+															 orig, mig->name))),
 						false, 0) != SPI_OK_UTILITY)
 			elog(ERROR, "leapfrog: could not create quarantine table %s", qq);
 		lf_unbecome(saved);

@@ -24,6 +24,8 @@
  *	  first commits, the second skips the row (READ COMMITTED) or fails with
  *	  40001 (REPEATABLE READ, SERIALIZABLE: its snapshot cannot see the
  *	  migrated row).  If the first aborts, the row is simply there again.
+ *	  A row corrected meanwhile (UPDATE of the retired row, failed.c) is
+ *	  skipped the same way, and found at its new ctid by the next round.
  *	- Rows claimed by a statement stay locked until its transaction ends.
  *
  * Rounds.  Relevance queries run with snapshot S; if they find rows to
@@ -633,6 +635,8 @@ step_snapshot(void)
  * the new row).  Fetching through snap gives SERIALIZABLE its predicate
  * locks, as the TID scan would.  Returns how many; their tids in *out.
  */
+static bool claim_saw_update = false;
+
 static int
 claim_tids(Relation rel, Snapshot snap, ItemPointer tids, int ntids, ItemPointerData **out)
 {
@@ -667,7 +671,14 @@ claim_tids(Relation rel, Snapshot snap, ItemPointer tids, int ntids, ItemPointer
 					ereport(ERROR,
 							(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
 							 errmsg("could not serialize access due to concurrent delete")));
-				break;			/* migrated by another transaction meanwhile */
+				/*
+				 * Deleted: migrated by another transaction meanwhile.
+				 * Updated: corrected (leapfrog.correct_row), and still
+				 * waiting at its new ctid, which the next round finds.
+				 */
+				if (res == TM_Updated)
+					claim_saw_update = true;
+				break;
 			default:
 				elog(ERROR, "leapfrog: unexpected result %d deleting row (%u,%u) of %s", (int) res,
 					 ItemPointerGetBlockNumber(&tid), ItemPointerGetOffsetNumber(&tid),
@@ -1213,6 +1224,7 @@ migrate_rounds(QueryDesc *qd, List *live, bool xact, bool all_standalone)
 		Snapshot	snap = round_snapshot(q, xact, migrated);
 		List	   *sets = NIL;
 
+		claim_saw_update = false;
 		if (!relevance_round(qd, live, snap, xact, &sets))
 		{
 			/* Every needed row is visible in snap: run the statement on it. */
@@ -1246,8 +1258,10 @@ migrate_rounds(QueryDesc *qd, List *live, bool xact, bool all_standalone)
 		 * Relevance queries that read only their input cannot find new rows:
 		 * what they found is now migrated, by us or (skipped by the claim)
 		 * by transactions that have committed.  A new snapshot sees it all.
+		 * Unless the claim skipped a row corrected meanwhile: it is still
+		 * to migrate, at its new ctid, and another round finds it.
 		 */
-		if (all_standalone)
+		if (all_standalone && !claim_saw_update)
 		{
 			use_snapshot(qd, round_snapshot(q, xact, true), xact, true);
 			return;
