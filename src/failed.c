@@ -187,6 +187,26 @@ leapfrog_retired_row(PG_FUNCTION_ARGS)
 	PG_RETURN_DATUM(result);
 }
 
+/* Is attnum of input a key of the units of a group or join mapping? */
+static bool
+unit_key(LfMigration *mig, Oid input, AttrNumber attnum)
+{
+	ListCell   *lc;
+
+	foreach(lc, mig->mappings)
+	{
+		LfMapping  *m = lfirst(lc);
+
+		if (m->kind == LF_MAP_ROWS)
+			continue;
+		for (int i = 0; i < m->ninputs; i++)
+			for (int k = 0; k < m->nkeys; k++)
+				if (m->inputs[i] == input && m->keys[i][k] == attnum)
+					return true;
+	}
+	return false;
+}
+
 /*
  * leapfrog.correct_row(migration, input, row_tid, changes jsonb): set the
  * columns named in changes, as jsonb_populate_record reads them, on a row
@@ -240,6 +260,13 @@ leapfrog_correct_row(PG_FUNCTION_ARGS)
 			ereport(ERROR,
 					(errcode(ERRCODE_GENERATED_ALWAYS),
 					 errmsg("column \"%s\" of input \"%s\" is generated", col, input)));
+		if (unit_key(mig, relid, attnum))
+			ereport(ERROR,
+					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+					 errmsg("column \"%s\" of input \"%s\" is a group or join key of migration \"%s\"",
+							col, input, name),
+					 errdetail("Its rows migrate a key at a time: a row moved to another key could join a key migrated already."),
+					 errhint("Set the row aside with leapfrog.quarantine_row, and insert it into the new table yourself once the migration is done.")));
 		appendStringInfo(&cols, "%s%s", cols.len ? ", " : "", quote_identifier(col));
 	}
 	if (cols.len == 0)
