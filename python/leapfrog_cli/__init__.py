@@ -260,7 +260,7 @@ def cmd_plan(args):
                    and s["input_rows"] >= 0 else "rows unknown (never analyzed)")
             bg = ("background ~%s" % fmt.duration(s["expected_s"]) if s["expected_s"] is not None
                   else "background time unknown")
-            lines.append("%s; input %s, %s; %s" % (what, est, fmt.size(s["input_bytes"]), bg))
+            lines += [what, "input %s, %s; %s" % (est, fmt.size(s["input_bytes"]), bg)]
         elif s["action"] == "retire":
             lines.append("%s: %s" % (s["input"] or "the table", s["detail"]
                                      or "kept in leapfrog_retired until its rows have moved"))
@@ -285,18 +285,18 @@ def cmd_plan(args):
     out.write("\n")
     if code == EXIT_OK:
         if n_inputs:
-            out.write("Background work: %d input%s, %s rows, %s" % (
+            out.write("Background work: %d input%s, %s rows, %s.\n" % (
                 n_inputs, "" if n_inputs == 1 else "s",
                 "~" + fmt.rows(total_rows) if total_rows is not None else "an unknown number of",
                 fmt.size(total_bytes)))
             if total_s is not None:
-                out.write(": about %s at %s (%s).\n" % (fmt.duration(total_s), fmt.rate(rate),
-                                                        basis))
+                out.write("Expected background time: about %s at %s (%s).\n"
+                          % (fmt.duration(total_s), fmt.rate(rate), basis))
             elif rate is None:
-                out.write(": rate unknown (no migration of this database moved rows yet; "
-                          "give --rate ROWS_PER_S).\n")
+                out.write("Expected background time: rate unknown (no migration of this "
+                          "database has moved rows yet; give --rate ROWS_PER_S).\n")
             else:
-                out.write(".\n")
+                out.write("Expected background time: unknown (an input was never analyzed).\n")
         else:
             out.write("No rows to move: start() runs the script as written.\n")
         out.write("Accepted: leapfrog start NAME FILE would switch in one transaction.\n")
