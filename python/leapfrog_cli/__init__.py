@@ -311,6 +311,18 @@ def cmd_plan(args):
 
 # ---- start, wait, status, complete ---------------------------------------
 
+def failure_hint(conn, name):
+    """What to do about a failed migration: the hint of the error that
+    leapfrog.wait() raises for it (the server knows its remedies)."""
+    try:
+        conn.execute("SELECT leapfrog.wait(%s, 0)", [name])
+    except psycopg.Error as e:
+        if e.diag.message_hint:
+            return e.diag.message_hint
+    return ("Rows that cannot be migrated stay in their retired table (schema "
+            "leapfrog_retired); the statements that need them fail.")
+
+
 def watch(conn, name, timeout, interval, out, quiet=False):
     """Follow migration name until it is done (EXIT_OK), failed
     (EXIT_FAILED) or timeout seconds have passed (EXIT_TIMEOUT)."""
@@ -333,8 +345,7 @@ def watch(conn, name, timeout, interval, out, quiet=False):
         if d["state"] == "failed":
             shown.end(None)
             raise CliError(EXIT_FAILED, 'migration "%s" failed: %s' % (name, d["error"]),
-                           hint="Rows that cannot be migrated stay in their retired table "
-                                "(schema leapfrog_retired); the statements that need them fail.")
+                           hint=failure_hint(conn, name))
         shown.show(d)
         waited = time.monotonic() - began
         if timeout is not None and waited >= timeout:

@@ -454,6 +454,7 @@ def test_failed_migration(live, tmp_path):
     res = cli("-d", dsn, "wait", "f1", "--timeout", "60", "--interval", "0.2")
     assert res.returncode == leapfrog_cli.EXIT_FAILED == 6, res
     assert 'migration "f1" failed' in res.stderr and "oops" in res.stderr
+    assert "\nHINT: " in res.stderr        # the server's advice, from leapfrog.wait()
     assert migration(c, "fails", "f1")[0] == "failed"
     res = cli("-d", dsn, "status", "f1")
     assert res.returncode == 6 and "error:" in res.stdout and "oops" in res.stdout
