@@ -434,6 +434,30 @@ lf_migration_by_target(Oid target)
 	return NULL;
 }
 
+/*
+ * The running migration (not mig) still filling table relid, an input of
+ * mig: mig is chained after it.  NULL if none.
+ */
+LfMigration *
+lf_upstream_of(LfMigration *mig, Oid relid)
+{
+	LfMigration *up = lf_migration_by_target(relid);
+
+	return up != mig ? up : NULL;
+}
+
+/* Is some input of mig still being filled by an earlier migration? */
+bool
+lf_has_upstream(LfMigration *mig)
+{
+	ListCell   *lc;
+
+	foreach(lc, mig->inputs)
+		if (lf_upstream_of(mig, lfirst_oid(lc)))
+			return true;
+	return false;
+}
+
 List *
 lf_mappings_for_target(Oid target)
 {

@@ -204,6 +204,9 @@ lf_try_complete(LfMigration *mig, List **analyze_later)
 	Snapshot	snap;
 	uint64		left;
 
+	/* chained: an earlier migration may still move rows into an input */
+	if (lf_has_upstream(mig))
+		return false;
 	/* a snapshot that sees this transaction's own steps */
 	CommandCounterIncrement();
 	snap = RegisterSnapshot(GetTransactionSnapshot());
@@ -244,6 +247,27 @@ lf_complete_now(LfMigration *mig)
 	List	   *inputs = list_copy(mig->inputs);
 	ItemPointerData *tids = palloc(sizeof(ItemPointerData) * LF_COMPLETE_STEP);
 	ListCell   *lc;
+
+	/* chained: the earlier migrations that fill its inputs complete first */
+	foreach(lc, inputs)
+	{
+		LfMigration *up;
+
+		lf_cache_load();
+		mig = lf_migration_by_id(id);
+		if (mig == NULL)
+			return;
+		if ((up = lf_upstream_of(mig, lfirst_oid(lc))) != NULL)
+		{
+			if (up->failed)
+				ereport(ERROR,
+						(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+						 errmsg("migration \"%s\" reads a table that failed migration \"%s\" fills",
+								name, up->name),
+						 errhint("See leapfrog.failed_rows, then leapfrog.resume('%s').", up->name)));
+			lf_complete_now(up);
+		}
+	}
 
 	foreach(lc, inputs)
 	{

@@ -129,6 +129,8 @@ sees_start_func(void)
 }
 
 /* A Query: SELECT tlist FROM rte [WHERE quals] */
+static bool rewrite_walker(Node *node, ComputeCtx *cx);
+
 static Query *
 simple_select(RangeTblEntry *rte, List *tlist, Node *quals)
 {
@@ -207,6 +209,14 @@ mapping_branch(LfMapping *m, LfMigration *mig, RangeTblEntry *orig, int rti,
 	from->security_barrier = false;
 	from->inFromCl = true;
 	(void) query_tree_walker(from->subquery, clear_perms_walker, NULL, QTW_EXAMINE_RTES_BEFORE);
+	/* lf_ctid: unused here, and a system column the input's union lacks */
+	foreach(lc, from->subquery->targetList)
+	{
+		TargetEntry *tle = lfirst(lc);
+
+		if (tle->resno > m->natts && IsA(tle->expr, Var) && ((Var *) tle->expr)->varattno < 0)
+			tle->expr = (Expr *) makeNullConst(exprType((Node *) tle->expr), -1, InvalidOid);
+	}
 	for (attno = 1; attno <= m->natts; attno++)
 	{
 		TargetEntry *tle = list_nth(from->subquery->targetList, attno - 1);
@@ -388,7 +398,13 @@ union_rte(RangeTblEntry *orig, int rti, List *conjuncts, List *mappings, Compute
 		RangeTblRef *l,
 				   *r = makeNode(RangeTblRef);
 
-		if (branch == NULL)
+		/*
+		 * Chained migrations: the input may be a table an earlier migration
+		 * still fills, computed in turn.
+		 */
+		if (branch)
+			(void) rewrite_walker((Node *) branch, cx);
+		if (branch == NULL || !cx->ok)
 		{
 			table_close(rel, NoLock);
 			return NULL;

@@ -209,6 +209,8 @@ extern LfMigration *lf_migration_by_id(int id);
 extern LfMigration *lf_migration_by_input(Oid input);
 extern LfMigration *lf_migration_by_target(Oid target);
 extern List *lf_mappings_for_target(Oid target);
+extern LfMigration *lf_upstream_of(LfMigration *mig, Oid relid);
+extern bool lf_has_upstream(LfMigration *mig);
 extern bool lf_is_target(Oid relid);
 extern List *lf_fkeys_referencing(Oid parent);
 extern bool lf_is_input(Oid relid);
@@ -384,6 +386,7 @@ extern void lf_register_launcher(void);
 extern void lf_wake_worker_at_commit(void);
 
 /* utility.c */
+extern bool lf_chaining;
 extern void lf_refuse_if_migrating(Oid relid, const char *relname, const char *what);
 extern void lf_install_utility_hook(void);
 

@@ -1206,6 +1206,28 @@ relevance_round(QueryDesc *qd, List *live, Snapshot snap, bool xact, List **sets
 	return any;
 }
 
+static int
+set_migration_id(const TidSet *set)
+{
+	LfMigration *mig = lf_migration_by_input(set->input);
+
+	return mig ? mig->id : 0;
+}
+
+/*
+ * Earlier migrations first: in a chain, a later migration's input is a
+ * table an earlier one fills, and the rows the earlier one moves in are
+ * found by the next round (relevance.c, nest_upstream).
+ */
+static int
+set_cmp(const ListCell *a, const ListCell *b)
+{
+	int			x = set_migration_id(lfirst(a));
+	int			y = set_migration_id(lfirst(b));
+
+	return (x > y) - (x < y);
+}
+
 /*
  * Migrate the rows the live relevance plans find, round after round, until
  * a round finds none; then the statement runs on that round's snapshot
@@ -1249,6 +1271,7 @@ migrate_rounds(QueryDesc *qd, List *live, bool xact, bool all_standalone)
 					(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
 					 errmsg("cannot migrate the rows this statement needs in a read-only serializable transaction or on a standby"),
 					 errhint("Run the statement in a read-write transaction, or once the migration is done.")));
+		list_sort(sets, set_cmp);
 		foreach(lc, sets)
 			migrate_set((TidSet *) lfirst(lc));
 		migrated = true;

@@ -1180,6 +1180,87 @@ lock_live_targets(List *targets)
 }
 
 /*
+ * Chained migrations.  An item's input may be a table an earlier migration
+ * still fills (that migration's target, retired by a later one): rows the
+ * earlier migration moves into it after our round would be missed.  So the
+ * item's mapping, as a statement on that table, gets the earlier
+ * migration's relevance queries too: the mapping sub-query of the item,
+ * with the item's conditions that read only it pushed in (a row mapping:
+ * plain SELECT ... WHERE, where substituting its output expressions is
+ * exact).  Not found, or not a plain mapping: all the earlier migration's
+ * rows for it.  The rounds (migrate.c) run the earlier migration's items
+ * first and repeat until nothing is found, which reaches up a chain.
+ */
+static Query *
+upstream_level(Query *q, Oid input)
+{
+	RangeTblEntry *sub = NULL;
+	Query	   *level;
+	int			rti = 0;
+	List	   *pushed = NIL;
+	ListCell   *lc;
+
+	foreach(lc, q->rtable)
+	{
+		RangeTblEntry *rte = lfirst(lc);
+		ListCell   *li;
+
+		if (rte->rtekind != RTE_SUBQUERY)
+			continue;
+		foreach(li, rte->subquery->rtable)
+			if (((RangeTblEntry *) lfirst(li))->rtekind == RTE_RELATION &&
+				((RangeTblEntry *) lfirst(li))->relid == input)
+			{
+				if (sub != NULL)
+					return NULL;	/* two: which one the item reads is unclear */
+				sub = rte;
+				rti = foreach_current_index(lc) + 1;
+			}
+	}
+	if (sub == NULL)
+		return NULL;
+	level = copyObject(sub->subquery);
+	if (level->hasAggs || level->groupClause || level->setOperations || level->hasSubLinks ||
+		level->distinctClause || level->hasWindowFuncs || level->hasTargetSRFs ||
+		level->limitCount || level->limitOffset || level->cteList)
+		return level;
+	foreach(lc, make_ands_implicit((Expr *) copyObject(q->jointree->quals)))
+	{
+		Node	   *c = lfirst(lc);
+		Relids		varnos = pull_varnos(NULL, c);
+
+		if (bms_membership(varnos) != BMS_SINGLETON || bms_singleton_member(varnos) != rti ||
+			contain_volatile_functions(c) || checkExprHasSubLink(c) ||
+			has_outer_or_bad_refs(c, 0))
+			continue;
+		pushed = lappend(pushed, ReplaceVarsFromTargetList(c, rti, 0, sub, level->targetList,
+														   REPLACEVARS_REPORT_ERROR, 0, NULL));
+	}
+	if (pushed)
+		level->jointree->quals = make_and_qual(level->jointree->quals,
+											   (Node *) make_ands_explicit(pushed));
+	return level;
+}
+
+static void
+nest_upstream(RelCtx *cx)
+{
+	for (int i = 0; i < list_length(cx->queries); i++)
+	{
+		Oid			input = list_nth_oid(cx->inputs, i);
+		Query	   *level;
+
+		if (!lf_is_target(input))
+			continue;
+		level = upstream_level(list_nth(cx->queries, i), input);
+		if (level)
+			collect_level(level, cx);
+		else
+			whole_table(cx, input, NULL, LF_NEEDS_ROWS);
+	}
+}
+
+/*
  * The relevance queries of a statement (copy: its Query, or NULL) that
  * reads the given targets.  Past MAX_ITEMS, whole inputs instead.
  */
@@ -1204,6 +1285,7 @@ collect_items(Query *copy, List *targets, RelCtx *cx)
 			referencing_rows(NULL, 0, lfirst(lc), true, &all);
 		*cx = all;
 	}
+	nest_upstream(cx);
 }
 
 /* Plan the relevance queries, as items of the LeapfrogMigrate node. */
@@ -1221,7 +1303,8 @@ plan_items(RelCtx *cx, PlannedStmt *stmt, ParamListInfo boundParams)
 		Query	   *q = lfirst(lq);
 		PlannedStmt *rs;
 		LfMigration *mig = lf_migration_by_input(lfirst_oid(li));
-		bool		alone = standalone(q);
+		/* an input an earlier migration still fills gains rows: not alone */
+		bool		alone = standalone(q) && !lf_is_target(lfirst_oid(li));
 		List	   *item;
 
 		if (mig == NULL)

@@ -332,9 +332,9 @@ check_mapping_input(StartState *st, RangeTblEntry *in)
 					  get_rel_name(in->relid)));
 	if (list_member_oid(st->created, in->relid))
 		refuse(errmsg("mapping input \"%s\" is created by the same script", get_rel_name(in->relid)));
-	if (lf_is_target(in->relid) || lf_is_input(in->relid))
-		refuse(errmsg("table \"%s\" is already under migration", get_rel_name(in->relid)),
-			   errhint("Chained migrations are not supported yet: wait for the running migration with leapfrog.wait()."));
+	/* a table an earlier migration still fills may be read: chained */
+	if (lf_is_input(in->relid))
+		refuse(errmsg("table \"%s\" is already under migration", get_rel_name(in->relid)));
 	if (get_rel_persistence(in->relid) == RELPERSISTENCE_TEMP)
 		refuse(errmsg("mapping input \"%s\" is a temporary table", get_rel_name(in->relid)));
 	in->inh = false;
@@ -683,6 +683,13 @@ add_mapping(StartState *st, RawStmt *rs)
 				   errdetail("Its rows move into it after start()."),
 				   errhint("Put the INSERT ... SELECT before the ALTER TABLE or CREATE INDEX."));
 	check_shared_inputs(st, pm);
+	for (int i = 0; i < pm->ninputs; i++)
+		if (pm->kind != LF_MAP_ROWS && lf_is_target(pm->inputs[i]))
+			refuse(errmsg("GROUP BY or join mapping over table \"%s\", which migration \"%s\" is still filling, is not supported yet",
+						  get_rel_name(pm->inputs[i]),
+						  lf_migration_by_target(pm->inputs[i])->name),
+				   errdetail("A group or join key of it could still be missing rows the earlier migration has not moved yet."),
+				   errhint("Wait for that migration with leapfrog.wait(), or finish it now with leapfrog.complete()."));
 	pm->target = rt_fetch(ins->resultRelation, ins->rtable)->relid;
 	if (replacement_of(st, pm->target))
 		refuse(errmsg("INSERT ... SELECT into table \"%s\", replaced lazily by the same script, is not supported",
@@ -986,6 +993,11 @@ do_drop(StartState *st, RawStmt *rs)
 			continue;
 		if (!pg_class_ownercheck(relid, GetUserId()))
 			aclcheck_error(ACLCHECK_NOT_OWNER, OBJECT_TABLE, rv->relname);
+		if (lf_is_target(relid) && !mapped_input(st, relid))
+			refuse(errmsg("DROP TABLE \"%s\", which migration \"%s\" is still filling, is not supported",
+						  rv->relname, lf_migration_by_target(relid)->name),
+				   errdetail("Only a table the script reads with INSERT ... SELECT may be dropped while an earlier migration fills it."),
+				   errhint("Wait for that migration with leapfrog.wait(), or finish it now with leapfrog.complete()."));
 		if (mapped_input(st, relid))
 		{
 			if (drop->behavior == DROP_CASCADE)
@@ -1147,8 +1159,17 @@ do_alter(StartState *st, RawStmt *rs)
 					   errhint("Put the ALTER TABLE before the INSERT ... SELECT."));
 		}
 		r = replacement_of(st, relid);
+
+		/*
+		 * A table an earlier migration still fills gets rows after start():
+		 * its mapping inserts them by column number, so every change but a
+		 * rename goes to a lazy replacement (chained migrations).
+		 */
+		if (r == NULL && !list_member_oid(st->created, relid) && lf_is_target(relid))
+			why = psprintf("migration \"%s\" is still filling it",
+						   lf_migration_by_target(relid)->name);
 		if (r == NULL && !list_member_oid(st->created, relid) &&
-			!lf_alter_is_instant(stmt, relid, stmt_text(st, rs), &why))
+			(why != NULL || !lf_alter_is_instant(stmt, relid, stmt_text(st, rs), &why)))
 		{
 			bool		rewrites = lf_alter_rewrites(stmt, relid);
 
@@ -1515,7 +1536,16 @@ switch_attempt(void *arg)
 	lock_dropped_tables(st);
 	st->migration_id = lf_catalog_add_migration(st->name, GetUserId(), st->script,
 											   st->on_error);
-	run_script(st);
+	lf_chaining = true;
+	PG_TRY();
+	{
+		run_script(st);
+	}
+	PG_FINALLY();
+	{
+		lf_chaining = false;
+	}
+	PG_END_TRY();
 	check_inputs_retired(st);
 	record_migration(st);
 	SPI_finish();

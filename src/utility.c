@@ -30,6 +30,13 @@
 static ProcessUtility_hook_type prev_ProcessUtility = NULL;
 
 /*
+ * Set by start() while it runs a script: a table an earlier migration is
+ * still filling may then be retired, replaced or renamed (chained
+ * migrations; start.c says which statements may touch it).
+ */
+bool		lf_chaining = false;
+
+/*
  * Refuse to `what` table relid (named relname) while a migration reads or
  * fills it; start.c asks too, before it replaces a table.
  */
@@ -38,6 +45,8 @@ lf_refuse_if_migrating(Oid relid, const char *relname, const char *what)
 {
 	LfMigration *mig = lf_migration_by_target(relid);
 
+	if (mig && lf_chaining)
+		return;
 	if (mig == NULL)
 		mig = lf_migration_by_input(relid);
 	if (mig)

@@ -952,6 +952,9 @@ runnable_migrations(MemoryContext cxt, long *sleep_ms, bool *any_running,
 		*any_running = true;
 		if (!lf_background)
 			continue;
+		/* chained: it starts when the migrations filling its inputs are done */
+		if (lf_has_upstream(m))
+			continue;
 		if (due > now)
 			*sleep_ms = Min(*sleep_ms, (long) ((due - now) / 1000) + 1);
 		else
