@@ -1,0 +1,293 @@
+"""Chained migrations, against the eager run of the same scripts.
+
+A script may read, drop, rename or alter a table an earlier migration is
+still filling.  Each chain below runs twice: eagerly (each script in one
+transaction, at its moment) and through leapfrog.start(), with the same
+writes and reads after each script.  Every write and read must give what it
+gives eagerly, and the final tables (columns, indexes, constraints, rows)
+must be the eager ones.  Chains of two and three, with row mappings, lazy
+ALTER TABLE, a live GROUP BY input, and the revert of a type change while
+it runs; with and without the background worker, reads computing and
+migrating; and a crash of the whole server in the middle of a chain.
+"""
+
+from dataclasses import dataclass, field
+
+import psycopg
+import pytest
+
+from support import (assert_same_tables, needs_real_extension, outcome,
+                     retired_tables_after_completion, user_tables_state, wait_until)
+
+
+@dataclass
+class Chain:
+    name: str
+    setup: list
+    steps: list                  # [(script, [statements after it])]
+    reads: list = field(default_factory=list)   # compared after every step
+
+
+CUST_SETUP = [
+    "CREATE TABLE cust (id int PRIMARY KEY, name text NOT NULL, phone text, city text)",
+    "INSERT INTO cust SELECT g, 'n' || g, CASE WHEN g % 5 = 0 THEN NULL ELSE 'p' || g END, "
+    "'c' || (g % 7) FROM generate_series(1, 3000) g",
+]
+
+SPLIT = """
+  CREATE TABLE cust_a (id int PRIMARY KEY, name text NOT NULL, city text);
+  CREATE TABLE cust_b (id int PRIMARY KEY, phone text);
+  INSERT INTO cust_a SELECT id, name, city FROM cust;
+  INSERT INTO cust_b SELECT id, phone FROM cust WHERE phone IS NOT NULL;
+  DROP TABLE cust;
+"""
+
+CHAINS = [
+    Chain(
+        "split_rename_widen",
+        CUST_SETUP,
+        [
+            (SPLIT, [
+                "UPDATE cust_a SET name = 'x' || name WHERE id BETWEEN 10 AND 20",
+                "INSERT INTO cust_a VALUES (5001, 'new', 'c9')",
+                "INSERT INTO cust_b VALUES (5001, 'p5001')",
+                "DELETE FROM cust_b WHERE id = 7",
+            ]),
+            # a rename of a column of one half while the split runs
+            ("ALTER TABLE cust_a RENAME COLUMN city TO town", [
+                "UPDATE cust_a SET town = 'moved' WHERE id IN (30, 31, 5001)",
+                "SELECT id, name, town FROM cust_a WHERE id IN (1, 30, 40) ORDER BY id",
+            ]),
+            # the other half retyped, and a new column, lazily
+            ("""ALTER TABLE cust_b ALTER COLUMN id TYPE bigint;
+                ALTER TABLE cust_b ADD COLUMN verified boolean NOT NULL DEFAULT false;
+                CREATE INDEX cust_b_phone ON cust_b (phone)""", [
+                "UPDATE cust_b SET verified = true WHERE id BETWEEN 100 AND 110",
+                "INSERT INTO cust_b VALUES (6000, 'p6000', true)",
+                "DELETE FROM cust_b WHERE id = 8",
+                "UPDATE cust_a SET name = 'y' WHERE id = 12",
+            ]),
+        ],
+        ["SELECT count(*), count(DISTINCT id), sum(id) FROM cust_a",
+         "SELECT count(*), count(phone), sum(id) FROM cust_b",
+         "SELECT * FROM cust_a WHERE id IN (2, 10, 15, 30, 5001) ORDER BY id",
+         "SELECT * FROM cust_b WHERE id BETWEEN 95 AND 105 ORDER BY id"],
+    ),
+    Chain(
+        "retype_split_extend",
+        CUST_SETUP,
+        [
+            ("ALTER TABLE cust ALTER COLUMN id TYPE bigint", [
+                "UPDATE cust SET city = 'z' WHERE id % 100 = 0",
+                "INSERT INTO cust VALUES (4000000000, 'big', NULL, 'c1')",
+            ]),
+            # a split of the table the first migration still fills
+            ("""CREATE TABLE cust_a (id bigint PRIMARY KEY, name text NOT NULL, city text);
+                CREATE TABLE cust_b (id bigint PRIMARY KEY, phone text);
+                INSERT INTO cust_a SELECT id, name, city FROM cust;
+                INSERT INTO cust_b SELECT id, phone FROM cust WHERE phone IS NOT NULL;
+                DROP TABLE cust""", [
+                "UPDATE cust_a SET name = upper(name) WHERE id < 50",
+                "DELETE FROM cust_a WHERE id = 4000000000",
+            ]),
+            # and a change of one half, third in the chain
+            ("""ALTER TABLE cust_a ADD COLUMN name_len int;
+                ALTER TABLE cust_a RENAME COLUMN city TO town""", [
+                "UPDATE cust_a SET name_len = length(name) WHERE id % 3 = 0",
+                "INSERT INTO cust_a VALUES (7000, 'late', 'c2', 4)",
+            ]),
+        ],
+        ["SELECT count(*), sum(id), count(town) FROM cust_a",
+         "SELECT count(*), sum(length(phone)) FROM cust_b",
+         "SELECT * FROM cust_a WHERE id IN (1, 3, 49, 100, 7000) ORDER BY id"],
+    ),
+    Chain(
+        # the revert of a migration while it runs: the type back as it was
+        "retype_and_back",
+        ["CREATE TABLE item (id int PRIMARY KEY, qty int NOT NULL, note text)",
+         "INSERT INTO item SELECT g, g % 50, 'n' || g FROM generate_series(1, 4000) g"],
+        [
+            ("ALTER TABLE item ALTER COLUMN qty TYPE bigint", [
+                "UPDATE item SET qty = qty + 1000 WHERE id % 10 = 0",
+                "INSERT INTO item VALUES (9001, 1, 'new')",
+            ]),
+            ("ALTER TABLE item ALTER COLUMN qty TYPE int", [
+                "UPDATE item SET qty = qty * 2 WHERE id % 7 = 0",
+                "DELETE FROM item WHERE id % 11 = 0",
+            ]),
+        ],
+        ["SELECT count(*), sum(qty), sum(id) FROM item",
+         "SELECT * FROM item WHERE id IN (10, 14, 70, 9001) ORDER BY id",
+         "SELECT pg_typeof(qty)::text FROM item LIMIT 1"],
+    ),
+    Chain(
+        # a GROUP BY over a live input, then that input altered while the
+        # first migration still moves its rows
+        "live_total_then_retype",
+        ["CREATE TABLE orders (id int PRIMARY KEY, cust int NOT NULL, amt int NOT NULL)",
+         "CREATE INDEX orders_cust ON orders (cust)",
+         "INSERT INTO orders SELECT g, g % 300, g % 97 FROM generate_series(1, 6000) g"],
+        [
+            ("""CREATE TABLE total (cust int PRIMARY KEY, amt bigint NOT NULL, n bigint NOT NULL);
+                INSERT INTO total SELECT cust, sum(amt), count(*) FROM orders GROUP BY cust""", [
+                "UPDATE orders SET amt = amt + 1 WHERE id % 13 = 0",
+                "UPDATE total SET amt = amt + 5 WHERE cust BETWEEN 10 AND 12",
+                "INSERT INTO orders VALUES (7000, 5, 100)",
+            ]),
+            ("ALTER TABLE orders ALTER COLUMN amt TYPE bigint", [
+                "UPDATE orders SET amt = amt * 3 WHERE cust = 7",
+                "DELETE FROM orders WHERE id % 17 = 0",
+                "UPDATE total SET n = n + 1 WHERE cust = 200",
+            ]),
+        ],
+        ["SELECT count(*), sum(amt) FROM orders",
+         "SELECT * FROM total WHERE cust IN (5, 7, 10, 200) ORDER BY cust",
+         "SELECT count(*), sum(amt), sum(n) FROM total",
+         "SELECT * FROM orders WHERE cust = 7 ORDER BY id LIMIT 5"],
+    ),
+]
+
+
+@pytest.fixture(scope="module")
+def quiet(module_cluster_factory):
+    needs_real_extension()
+    return module_cluster_factory(**{"leapfrog.background": "off"})
+
+
+@pytest.fixture(scope="module")
+def busy(module_cluster_factory):
+    needs_real_extension()
+    return module_cluster_factory(**{"leapfrog.background": "on",
+                                     "leapfrog.background_delay": 0,
+                                     "leapfrog.batch_size": 500})
+
+
+def _outcome(conn, st):
+    """outcome(), or the SQLSTATE of the error (a read of a table the chain
+    has not created yet fails in both databases alike)."""
+    try:
+        return outcome(conn, st)
+    except psycopg.Error as e:
+        return ("error", e.sqlstate)
+
+
+def _run(eager, lazy, chain, tag):
+    """The chain in both databases, step by step; the reads compared after
+    every step.  Returns the migration names."""
+    names = []
+    for st in chain.setup:
+        eager.execute(st)
+        lazy.execute(st)
+    eager.execute("ANALYZE")
+    lazy.execute("ANALYZE")
+    for i, (script, stmts) in enumerate(chain.steps):
+        name = "%s_%s_%d" % (chain.name, tag, i)
+        with eager.transaction():
+            eager.execute(script)
+        lazy.execute("SELECT leapfrog.start(%s, %s)", [name, script])
+        names.append(name)
+        for st in stmts + chain.reads:
+            a, b = _outcome(eager, st), _outcome(lazy, st)
+            assert a == b, "%s after step %d: %r: eager %r, lazy %r" % (
+                chain.name, i, st, a, b)
+    return names
+
+
+@pytest.mark.parametrize("read_mode", ["migrate", "compute"])
+@pytest.mark.parametrize("chain", CHAINS, ids=[c.name for c in CHAINS])
+def test_chain_equals_eager(quiet, chain, read_mode):
+    c = quiet
+    db = "ch_%s_%s" % (chain.name, read_mode)
+    c.create_database(db + "_e")
+    c.create_database(db)
+    with c.connect(db + "_e") as eager, c.connect(db) as lazy:
+        lazy.execute("SET leapfrog.read_mode = %s" % read_mode)
+        names = _run(eager, lazy, chain, read_mode)
+        # rows are still waiting in every migration of the chain but those
+        # the reads emptied
+        running = lazy.execute("SELECT count(*) FROM leapfrog.migrations "
+                               "WHERE state = 'running'").fetchone()[0]
+        assert running >= 1
+        # the last completes the earlier ones first
+        lazy.execute("SELECT leapfrog.complete(%s)", [names[-1]])
+        states = lazy.execute("SELECT name, state FROM leapfrog.migrations ORDER BY name"
+                              ).fetchall()
+        assert all(s == "done" for _, s in states), states
+        assert_same_tables(user_tables_state(eager), user_tables_state(lazy), chain.name)
+    assert retired_tables_after_completion(c, db) == []
+
+
+@pytest.mark.parametrize("chain", CHAINS, ids=[c.name for c in CHAINS])
+def test_chain_in_background(busy, chain):
+    c = busy
+    db = "chbg_%s" % chain.name
+    c.create_database(db + "_e")
+    c.create_database(db)
+    with c.connect(db + "_e") as eager, c.connect(db) as lazy:
+        names = _run(eager, lazy, chain, "bg")
+        # the worker finishes the chain in order, with no help
+        for name in names:
+            assert lazy.execute("SELECT leapfrog.wait(%s, 120)", [name]).fetchone()[0], name
+        # (a script of renames only has nothing to move: done at start)
+        done = lazy.execute("SELECT name FROM leapfrog.migrations WHERE tuples_total > 0 "
+                            "ORDER BY finished_at").fetchall()
+        moving = [n for n in names if n in {d for (d,) in done}]
+        assert [n for (n,) in done] == moving, "completed out of order: %r" % (done,)
+        assert_same_tables(user_tables_state(eager), user_tables_state(lazy), chain.name)
+    assert retired_tables_after_completion(c, db) == []
+
+
+def test_chain_refusals(quiet):
+    c = quiet
+    c.create_database("chref")
+    with c.connect("chref") as conn:
+        for st in CUST_SETUP:
+            conn.execute(st)
+        conn.execute("SELECT leapfrog.start('split', %s)", [SPLIT])
+        # a GROUP BY or a join over a table still being filled
+        with pytest.raises(psycopg.errors.FeatureNotSupported, match="still filling"):
+            conn.execute("""SELECT leapfrog.start('per_city', $$
+                CREATE TABLE per_id AS SELECT id, count(*) AS n FROM cust_a GROUP BY id
+            $$)""")
+        with pytest.raises(psycopg.errors.FeatureNotSupported, match="still filling"):
+            conn.execute("""SELECT leapfrog.start('join_back', $$
+                CREATE TABLE cust AS SELECT a.id, a.name, b.phone, a.city
+                  FROM cust_a a LEFT JOIN cust_b b ON b.id = a.id;
+                DROP TABLE cust_a; DROP TABLE cust_b
+            $$)""")
+        # dropping it without reading it would lose the earlier migration's rows
+        with pytest.raises(psycopg.errors.FeatureNotSupported, match="still filling"):
+            conn.execute("SELECT leapfrog.start('drop_b', 'DROP TABLE cust_b')")
+        # nothing of the refused scripts stayed
+        assert conn.execute("SELECT name FROM leapfrog.migrations").fetchall() == [("split",)]
+        # once the split is done, the revert is an ordinary migration
+        conn.execute("SELECT leapfrog.complete('split')")
+        conn.execute("""SELECT leapfrog.start('join_back', $$
+            CREATE TABLE cust AS SELECT a.id, a.name, b.phone, a.city
+              FROM cust_a a LEFT JOIN cust_b b ON b.id = a.id;
+            DROP TABLE cust_a; DROP TABLE cust_b
+        $$)""")
+        assert conn.execute("SELECT count(*), count(phone) FROM cust").fetchone() == (3000, 2400)
+
+
+def test_crash_mid_chain(make_cluster):
+    """The whole server killed while both migrations of a chain run: after
+    the restart the chain completes, and the tables are the eager ones."""
+    needs_real_extension()
+    c = make_cluster(**{"leapfrog.background": "on", "leapfrog.background_delay": 500,
+                        "leapfrog.batch_size": 200, "leapfrog.background_naptime": 20})
+    chain = CHAINS[0]
+    c.create_database("crash_e")
+    c.create_database("crash")
+    with c.connect("crash_e") as eager, c.connect("crash") as lazy:
+        names = _run(eager, lazy, chain, "crash")
+        want = user_tables_state(eager)
+        # some of the first migration moved, not all
+        wait_until(lambda: lazy.execute(
+            "SELECT tuples_migrated > 0 FROM leapfrog.migrations WHERE name = %s",
+            [names[0]]).fetchone()[0], 60, what="the worker to move rows")
+    c.kill_postmaster(restart=True)
+    with c.connect("crash") as lazy:
+        for name in names:
+            assert lazy.execute("SELECT leapfrog.wait(%s, 120)", [name]).fetchone()[0], name
+        assert_same_tables(want, user_tables_state(lazy), "after the crash")
