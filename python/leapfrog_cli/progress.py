@@ -116,7 +116,8 @@ def bar(fraction, width=30):
 class Progress:
     """Shows a running migration: a bar redrawn in place on a terminal, a
     plain line per poll otherwise (logs, pipelines).  The rate is that of
-    the last 10 seconds (since the migration started until then)."""
+    the last 10 seconds (before a second sample, the average since the
+    start if that is 10 seconds ago or more)."""
 
     WINDOW_S = 10.0
 
@@ -137,7 +138,11 @@ class Progress:
         t0, m0 = self.samples[0]
         if now - t0 >= 1.0 and moved > m0:
             return (moved - m0) / (now - t0)
-        return d["rate_rows_per_s"]
+        # No window yet: the average since the start, once it is not mostly
+        # the worker's start-up (leapfrog.background_delay) any more.
+        if d["elapsed_s"] and d["elapsed_s"] >= self.WINDOW_S:
+            return d["rate_rows_per_s"]
+        return None
 
     def show(self, d):
         r = self.rate(d)
