@@ -42,6 +42,7 @@
 #include "miscadmin.h"
 #include "nodes/makefuncs.h"
 #include "storage/bufmgr.h"
+#include "storage/lmgr.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
@@ -208,6 +209,35 @@ unit_key(LfMigration *mig, Oid input, AttrNumber attnum)
 }
 
 /*
+ * Does a later migration read a table mig fills with a GROUP BY or join
+ * mapping?  Its units' rows are pulled by key (migrate.c): a row of mig
+ * corrected into another key could arrive after that key migrated.
+ */
+static bool
+feeds_units(LfMigration *mig)
+{
+	ListCell   *lc,
+			   *lm;
+
+	foreach(lc, lf_active)
+	{
+		LfMigration *down = lfirst(lc);
+
+		foreach(lm, down->mappings)
+		{
+			LfMapping  *m = lfirst(lm);
+
+			if (m->kind == LF_MAP_ROWS)
+				continue;
+			for (int i = 0; i < m->ninputs; i++)
+				if (lf_upstream_of(down, m->inputs[i]) == mig)
+					return true;
+		}
+	}
+	return false;
+}
+
+/*
  * leapfrog.correct_row(migration, input, row_tid, changes jsonb): set the
  * columns named in changes, as jsonb_populate_record reads them, on a row
  * not migrated yet.  Returns the row's new ctid.
@@ -233,6 +263,12 @@ leapfrog_correct_row(PG_FUNCTION_ARGS)
 	char	   *sqlstate;
 	char	   *error;
 
+	if (feeds_units(mig))
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("migration \"%s\" fills a table a later GROUP BY or join mapping reads", name),
+				 errdetail("A corrected row could arrive in a group or join key that migrated already."),
+				 errhint("Set the row aside with leapfrog.quarantine_row, or correct it once the later migration is done.")));
 	if (!JB_ROOT_IS_OBJECT(changes) || JB_ROOT_IS_SCALAR(changes))
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -330,6 +366,14 @@ quarantine(LfMigration *mig, Oid input, ItemPointer tid, const char *sqlstate,
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
+
+	/*
+	 * One creator of the input's quarantine table at a time (two workers
+	 * may quarantine rows of it at once): a self-conflicting lock on the
+	 * input, held to commit, which also makes a table created meanwhile
+	 * visible once we have it.
+	 */
+	LockRelationOid(input, ShareUpdateExclusiveLock);
 	qrel = get_relname_relid(qname, qnsp);
 	if (!OidIsValid(qrel))
 	{

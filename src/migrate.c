@@ -57,12 +57,14 @@
 #include "tcop/dest.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/datum.h"
 #include "utils/fmgroids.h"
 #include "utils/hsearch.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
+#include "utils/typcache.h"
 
 static ExecutorStart_hook_type prev_ExecutorStart = NULL;
 
@@ -810,6 +812,157 @@ next_unit:
 }
 
 /*
+ * The condition "column attno of input i of m has one of the key values
+ * values[0..n) of column k of input from" over a mapping's output (varno
+ * 1): = ANY with the join's equality, or the type's for the same input; a
+ * group's NULL key (one group) also matches NULL.  NULL if nothing can match.
+ */
+static Node *
+key_condition(LfMapping *m, int i, int from, int k, Oid rel_i, Datum *values, bool *nulls, int n)
+{
+	AttrNumber	att = m->keys[i][k];
+	Oid			type_i,
+				type_from = get_atttype(m->inputs[from], m->keys[from][k]);
+	int32		typmod_i;
+	Oid			coll_i;
+	Oid			op;
+	int16		typlen;
+	bool		typbyval;
+	char		typalign;
+	Datum	   *vals = palloc(sizeof(Datum) * Max(n, 1));
+	int			nv = 0;
+	bool		any_null = false;
+	ScalarArrayOpExpr *saop;
+	Var		   *v;
+	Node	   *cond = NULL;
+
+	get_atttypetypmodcoll(rel_i, att, &type_i, &typmod_i, &coll_i);
+	if (i == from)
+		op = lookup_type_cache(type_i, TYPECACHE_EQ_OPR)->eq_opr;
+	else if (from == 0)
+		op = get_commutator(m->eqops[k]);	/* input 1's column = input 0's value */
+	else
+		op = m->eqops[k];
+	if (!OidIsValid(op))
+		elog(ERROR, "leapfrog: no equality for key column %d of a unit", k + 1);
+	for (int j = 0; j < n; j++)
+	{
+		if (nulls[j])
+			any_null = true;
+		else
+			vals[nv++] = values[j];
+	}
+	v = makeVar(1, att, type_i, typmod_i, coll_i, 0);
+	if (nv > 0)
+	{
+		get_typlenbyvalalign(type_from, &typlen, &typbyval, &typalign);
+		saop = makeNode(ScalarArrayOpExpr);
+		saop->opno = op;
+		saop->opfuncid = get_opcode(op);
+		saop->useOr = true;
+		saop->inputcollid = coll_i;
+		saop->args = list_make2(v, makeConst(get_array_type(type_from), -1, InvalidOid, -1,
+											 PointerGetDatum(construct_array(vals, nv, type_from, typlen,
+																			 typbyval, typalign)),
+											 false, false));
+		cond = (Node *) saop;
+	}
+	if (any_null && m->kind == LF_MAP_GROUPS)
+	{
+		NullTest   *nt = makeNode(NullTest);
+
+		nt->arg = (Expr *) copyObject(v);
+		nt->nulltesttype = IS_NULL;
+		nt->location = -1;
+		cond = cond ? (Node *) makeBoolExpr(OR_EXPR, list_make2(cond, nt), -1) : (Node *) nt;
+	}
+	return cond;
+}
+
+/*
+ * Chained migrations: before the units of the given rows of input (of m,
+ * of mig) are found, the earlier migration that fills an input of m moves
+ * in every row it still holds for those units' keys.  A unit must be whole
+ * when it migrates (units.c), and rows that arrive later would make a
+ * second, partial one.  start() allows this only where the earlier
+ * migration reads no table being filled itself, so its rows are all there.
+ */
+static void
+pull_upstream(LfMigration *mig, LfMapping *m, int from, ItemPointer tids, int ntids)
+{
+	Relation	rel = table_open(m->inputs[from], NoLock);
+	TupleTableSlot *slot = table_slot_create(rel, NULL);
+	Datum	   *values[INDEX_MAX_KEYS];
+	bool	   *nulls[INDEX_MAX_KEYS];
+	int			n = 0;
+	Snapshot	snap;
+
+	CommandCounterIncrement();
+	snap = RegisterSnapshot(GetTransactionSnapshot());
+	for (int k = 0; k < m->nkeys; k++)
+	{
+		values[k] = palloc(sizeof(Datum) * ntids);
+		nulls[k] = palloc(sizeof(bool) * ntids);
+	}
+	for (int j = 0; j < ntids; j++)
+	{
+		if (!table_tuple_fetch_row_version(rel, &tids[j], snap, slot))
+			continue;
+		for (int k = 0; k < m->nkeys; k++)
+			values[k][n] = datumCopy(slot_getattr(slot, m->keys[from][k], &nulls[k][n]),
+									 TupleDescAttr(RelationGetDescr(rel), m->keys[from][k] - 1)->attbyval,
+									 TupleDescAttr(RelationGetDescr(rel), m->keys[from][k] - 1)->attlen);
+		n++;
+	}
+	ExecDropSingleTupleTableSlot(slot);
+	table_close(rel, NoLock);
+	UnregisterSnapshot(snap);
+	if (n == 0)
+		return;
+
+	for (int i = 0; i < m->ninputs; i++)
+	{
+		LfMigration *up = lf_upstream_of(mig, m->inputs[i]);
+		List	   *conds = NIL;
+		ListCell   *lc;
+
+		if (up == NULL)
+			continue;
+		for (int k = 0; k < m->nkeys; k++)
+		{
+			Node	   *c = key_condition(m, i, from, k, m->inputs[i], values[k], nulls[k], n);
+
+			if (c == NULL)
+				break;
+			conds = lappend(conds, c);
+		}
+		if (list_length(conds) < m->nkeys)
+			continue;			/* no key can match there */
+		foreach(lc, up->mappings)
+		{
+			LfMapping  *um = lfirst(lc);
+			TidSet		set = {CurrentMemoryContext, um->input};
+			TidReceiver rcv = {{tid_receive, tid_startup, tid_shutdown, tid_destroy, DestNone}};
+			PlannedStmt *ps;
+
+			if (um->target != m->inputs[i])
+				continue;
+			ps = lf_pull_plan(um, (Node *) make_ands_explicit(copyObject(conds)));
+			rcv.set = &set;
+			CommandCounterIncrement();
+			snap = RegisterSnapshot(GetTransactionSnapshot());
+			(void) run_plan(ps, "leapfrog pull", snap, NULL, (DestReceiver *) &rcv);
+			UnregisterSnapshot(snap);
+			if (set.n == 0)
+				continue;
+			tidset_sort_unique(&set);
+			(void) lf_migrate_rows(up, um->input, set.tids, set.n);
+		}
+	}
+	CommandCounterIncrement();
+}
+
+/*
  * The units of the given rows of input (a statement's step): every row of
  * them claimed, waiting, in the order of the inputs and of ctids, then
  * copied.  Returns the rows migrated.
@@ -827,6 +980,8 @@ migrate_units(LfMigration *mig, LfMapping *m, Oid input, ItemPointer tids, int n
 
 	if (!lock_unit_inputs(m))
 		return 0;				/* completed meanwhile */
+	if (lf_has_upstream(mig))
+		pull_upstream(mig, m, from, tids, ntids);
 	sp = step_plan(mig, input);
 	snap = step_snapshot();
 	units = lf_units_of(m, from, tids, ntids, snap);

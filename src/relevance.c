@@ -62,6 +62,7 @@ typedef struct RelCtx
 } RelCtx;
 
 static void collect_level(Query *level, RelCtx *cx);
+static bool on_grouping_columns(Node *c, int rti, Query *level);
 
 /* ---------------------------------------------------------------------
  * Small tree tools
@@ -1220,7 +1221,7 @@ upstream_level(Query *q, Oid input)
 	if (sub == NULL)
 		return NULL;
 	level = copyObject(sub->subquery);
-	if (level->hasAggs || level->groupClause || level->setOperations || level->hasSubLinks ||
+	if (level->setOperations || level->hasSubLinks || level->groupingSets ||
 		level->distinctClause || level->hasWindowFuncs || level->hasTargetSRFs ||
 		level->limitCount || level->limitOffset || level->cteList)
 		return level;
@@ -1233,6 +1234,9 @@ upstream_level(Query *q, Oid input)
 			contain_volatile_functions(c) || checkExprHasSubLink(c) ||
 			has_outer_or_bad_refs(c, 0))
 			continue;
+		/* under a GROUP BY, only a condition on grouping columns moves to WHERE */
+		if ((level->groupClause || level->hasAggs) && !on_grouping_columns(c, rti, level))
+			continue;
 		pushed = lappend(pushed, ReplaceVarsFromTargetList(c, rti, 0, sub, level->targetList,
 														   REPLACEVARS_REPORT_ERROR, 0, NULL));
 	}
@@ -1240,6 +1244,28 @@ upstream_level(Query *q, Oid input)
 		level->jointree->quals = make_and_qual(level->jointree->quals,
 											   (Node *) make_ands_explicit(pushed));
 	return level;
+}
+
+/* Does c read, of rtindex rti, only columns that are level's grouping columns? */
+static bool
+on_grouping_columns(Node *c, int rti, Query *level)
+{
+	List	   *vars = pull_var_clause(c, PVC_RECURSE_AGGREGATES | PVC_RECURSE_WINDOWFUNCS |
+									   PVC_RECURSE_PLACEHOLDERS);
+	ListCell   *lc;
+
+	foreach(lc, vars)
+	{
+		Var		   *v = lfirst(lc);
+		TargetEntry *tle;
+
+		if (v->varno != rti || v->varattno <= 0 ||
+			(tle = get_tle_by_resno(level->targetList, v->varattno)) == NULL ||
+			tle->ressortgroupref == 0 ||
+			get_sortgroupref_clause_noerr(tle->ressortgroupref, level->groupClause) == NULL)
+			return false;
+	}
+	return true;
 }
 
 static void
@@ -1396,6 +1422,21 @@ lf_planner(Query *parse, const char *query_string, int cursorOptions,
 	collect_items(copy, targets, &cx);
 	items = plan_items(&cx, stmt, boundParams);
 	return items ? lf_wrap_plan(stmt, items, NIL, plain_read) : stmt;
+}
+
+/*
+ * Chained migrations (migrate.c, pull_upstream): the plan of
+ * SELECT lf_ctid FROM <m> WHERE quals, quals on the mapping's output columns
+ * (varno 1, attribute numbers of m's target): the input rows of m whose
+ * images would have those values.
+ */
+PlannedStmt *
+lf_pull_plan(LfMapping *m, Node *quals)
+{
+	Query	   *q = single_table_query(m, target_rte(m->target, 0), quals);
+
+	rewrite_integer_quals(q);
+	return standard_planner(q, "leapfrog pull", 0, NULL);
 }
 
 void
