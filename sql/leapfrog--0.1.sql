@@ -200,7 +200,16 @@ SELECT m.name,
        m.error,
        m.on_error,
        (SELECT pg_catalog.count(*) FROM leapfrog.failed_row f
-         WHERE f.migration_id = m.id) AS failed_rows
+         WHERE f.migration_id = m.id) AS failed_rows,
+       -- chained: the unfinished migrations that fill its inputs
+       ARRAY(SELECT DISTINCT u.name
+               FROM leapfrog.input i
+               JOIN leapfrog.mapping mp ON mp.target_relid OPERATOR(pg_catalog.=) i.relid
+               JOIN leapfrog.migration u ON u.id OPERATOR(pg_catalog.=) mp.migration_id
+              WHERE i.migration_id OPERATOR(pg_catalog.=) m.id
+                AND u.id OPERATOR(pg_catalog.<>) m.id
+                AND u.state OPERATOR(pg_catalog.<>) 'done'
+              ORDER BY 1) AS after
   FROM leapfrog.migration m
   CROSS JOIN LATERAL (SELECT COALESCE(pg_catalog.sum(g.n), 0)::bigint AS migrated
                         FROM leapfrog.progress g
