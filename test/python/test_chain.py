@@ -392,3 +392,56 @@ def test_no_correction_under_a_later_unit(quiet):
         conn.execute("SELECT leapfrog.quarantine_row('split', 'public.cust', '(0,1)')")
         conn.execute("SELECT leapfrog.complete('per_city')")
         assert conn.execute("SELECT sum(n) FROM per_city").fetchone()[0] == 2999
+
+
+def _chain_mid_way(c, db, chain):
+    """The chain started in db (and eagerly in db_e), every migration still
+    holding rows; the eager state."""
+    c.create_database(db + "_e")
+    c.create_database(db)
+    with c.connect(db + "_e") as eager, c.connect(db) as lazy:
+        lazy.execute("SET leapfrog.read_mode = compute")
+        _run(eager, lazy, chain, db)
+        left = lazy.execute("SELECT count(*) FROM leapfrog.migrations WHERE state = 'running'"
+                            ).fetchone()[0]
+        assert left >= 2, "the chain should still be running: %d" % left
+        return user_tables_state(eager)
+
+
+@pytest.mark.parametrize("chain", [c for c in CHAINS if c.name in
+                                   ("split_then_revert", "retype_then_join")],
+                         ids=lambda c: c.name)
+def test_chain_dump_restores_eager_state(quiet, chain):
+    """pg_dump in the middle of a chain: the restore holds the eager tables,
+    and no migration."""
+    c = quiet
+    db = "chdump_" + chain.name
+    want = _chain_mid_way(c, db, chain)
+    dump = c.base / (db + ".dump")
+    c.run_client("pg_dump", ["-Fc", "-f", dump], dbname=db)
+    c.create_database(db + "_r", extension=False)
+    c.run_client("pg_restore", ["--exit-on-error", dump], dbname=db + "_r")
+    with c.connect(db + "_r") as restored:
+        assert_same_tables(want, user_tables_state(restored), "restored " + chain.name)
+        assert restored.execute("SELECT count(*) FROM leapfrog.migration").fetchone()[0] == 0
+
+
+def test_chain_on_standby(module_cluster_factory, module_standby_factory):
+    """A hot standby computes the newest tables of a running chain: the
+    eager answers, though it cannot migrate."""
+    needs_real_extension()
+    primary = module_cluster_factory(**{"leapfrog.background": "off"})
+    standby = module_standby_factory(primary, hot_standby_feedback="on")
+    chain = next(c for c in CHAINS if c.name == "split_then_revert")
+    _chain_mid_way(primary, "chstandby", chain)
+    standby.wait_replay(primary)
+    queries = chain.reads + [
+        "SELECT * FROM cust WHERE id IN (1, 7, 9, 15, 25, 40, 5001, 5002, 6001) ORDER BY id",
+        "SELECT city, count(*), count(phone) FROM cust GROUP BY city ORDER BY city"]
+    with primary.connect("chstandby_e") as eager, standby.connect("chstandby") as s:
+        assert s.execute("SELECT pg_is_in_recovery()").fetchone()[0]
+        for q in queries:
+            assert _outcome(s, q) == _outcome(eager, q), q
+    with primary.connect("chstandby") as lazy:
+        assert lazy.execute("SELECT count(*) FROM leapfrog.migrations WHERE state = 'running'"
+                            ).fetchone()[0] >= 2
