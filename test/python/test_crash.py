@@ -112,6 +112,17 @@ def kill_mid_statement(c, query, min_runtime=0.1, timeout=20):
     return state
 
 
+def statement_runtime(c, query):
+    """How long query takes now, in a transaction rolled back (what it
+    migrates goes back), in seconds."""
+    with c.connect("app", autocommit=False) as conn:
+        t0 = time.monotonic()
+        conn.execute(query).fetchall()
+        took = time.monotonic() - t0
+        conn.rollback()
+    return took
+
+
 def final_check(c, writers):
     errs = writers.errors()
     assert not errs, "writer errors (first 10 of %d): %r" % (len(errs), errs[:10])
@@ -617,7 +628,11 @@ def test_kill_backend_mid_migration_units(make_cluster):
         # 0.5 s on an idle machine, killed early and late in it.
         for query in ("SELECT count(*), sum(qty) FROM ls WHERE sid > 2000",
                       "SELECT count(*), sum(amount) FROM total WHERE o > 1000"):
-            for at in (0.05, 0.3):
+            # early and late in it, as long as it takes now (on a busy
+            # machine, or with part of it migrated by the writers, a fixed
+            # 0.3 s was sometimes after its end)
+            took = statement_runtime(c, query)
+            for at in (0.1 * took, 0.6 * took):
                 what = kill_mid_statement(c, query, min_runtime=at)
                 print("mid-statement kill (%s):" % query, what)
                 assert MOCK or what.startswith("killed"), what
