@@ -183,6 +183,32 @@ CHAINS = [
          "GROUP BY cust ORDER BY cust"],
     ),
     Chain(
+        # a GROUP BY over the table a running GROUP BY fills
+        "group_of_group",
+        ["CREATE TABLE orders (id int PRIMARY KEY, cust int NOT NULL, band int NOT NULL, "
+         "amt int NOT NULL)",
+         "CREATE INDEX orders_key ON orders (cust, band)",
+         "INSERT INTO orders SELECT g, g % 300, (g % 300) % 10, g % 97 FROM generate_series(1, 6000) g"],
+        [
+            ("""CREATE TABLE cust_total AS SELECT cust, band, sum(amt) AS total, count(*) AS n
+                  FROM orders GROUP BY cust, band;
+                CREATE INDEX cust_total_band ON cust_total (band);
+                DROP TABLE orders""", [
+                "SELECT * FROM cust_total WHERE cust = 13",
+                "UPDATE cust_total SET total = total + 1000 WHERE cust = 23",
+                "INSERT INTO cust_total VALUES (1003, 3, 5, 1)",
+            ]),
+            ("""CREATE TABLE band_total AS SELECT band, sum(total) AS total, sum(n) AS n, count(*) AS custs
+                  FROM cust_total GROUP BY band;
+                DROP TABLE cust_total""", [
+                "SELECT * FROM band_total WHERE band = 3",
+                "SELECT * FROM band_total WHERE total > 29000 ORDER BY band",
+                "UPDATE band_total SET custs = custs + 1 WHERE band = 4",
+            ]),
+        ],
+        ["SELECT * FROM band_total ORDER BY band"],
+    ),
+    Chain(
         # the revert of a migration while it runs: the type back as it was
         "retype_and_back",
         ["CREATE TABLE item (id int PRIMARY KEY, qty int NOT NULL, note text)",
