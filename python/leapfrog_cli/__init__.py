@@ -2,10 +2,15 @@
 
     leapfrog plan FILE                 what start() would do with the script; changes nothing
     leapfrog start NAME FILE [--wait]  the switch (leapfrog.start); --then FILE: more SQL
-                                       in the same transaction
-    leapfrog status [NAME] [--json]    the migrations and their progress
+                                       in the same transaction; --on-error quarantine
+    leapfrog status [NAME] [--json]    the migrations, their progress, failed rows, chains
     leapfrog wait NAME [--timeout S]   until the data has moved, with a progress display
     leapfrog complete NAME             move what is left now (leapfrog.complete)
+    leapfrog failed NAME [--json]      the rows the worker could not migrate
+    leapfrog fix NAME INPUT CTID --set COL=VALUE ... | --changes JSON
+                                       correct a failed row (leapfrog.correct_row)
+    leapfrog quarantine NAME INPUT CTID  set a row aside (leapfrog.quarantine_row)
+    leapfrog resume NAME [--wait]      a failed migration runs again (leapfrog.resume)
 
 It connects as psql does: libpq's environment (PGHOST, PGPORT, PGDATABASE,
 PGUSER, PGPASSWORD, PGSERVICE, ...), -d/--dbname (a database name, a
@@ -14,8 +19,11 @@ be - for standard input.  Exit codes: the EXIT_* constants below (README.md,
 "Command-line tool").
 """
 import argparse
+import decimal
 import json
+import math
 import os
+import re
 import shutil
 import sys
 import textwrap
@@ -37,25 +45,34 @@ EXIT_REFUSED = 4      # Leapfrog refuses the script (SQLSTATE 0A000): plan, star
 EXIT_TIMEOUT = 5      # wait --timeout expired: the migration is still running
 EXIT_FAILED = 6       # the migration failed (a row could not be migrated)
 EXIT_LOCKED = 7       # start (or plan) could not take its locks in time (55P03): retry later
+EXIT_PRIVILEGE = 8    # permission denied (42501): not the migration's owner, say
 EXIT_INTERRUPTED = 130
 
 EXIT_CODES = [
     (EXIT_OK, "success: plan accepted the script, start switched, wait saw the migration "
-              "done, complete finished it, status printed"),
+              "done, complete finished it, status printed, failed found no failed row, "
+              "fix, quarantine or resume did it"),
     (EXIT_ERROR, "an error from the server (its SQLSTATE is printed), or no migration of "
                  "that name"),
     (EXIT_USAGE, "bad arguments, or FILE cannot be read"),
     (EXIT_CONNECT, "could not connect to the server"),
-    (EXIT_REFUSED, "Leapfrog refuses the script (SQLSTATE 0A000; the hint says what to do)"),
+    (EXIT_REFUSED, "Leapfrog refuses (SQLSTATE 0A000; the hint says what to do): the script "
+                   "(plan, start), the correction of a group or join key (fix)"),
     (EXIT_TIMEOUT, "wait --timeout expired, the migration still runs"),
-    (EXIT_FAILED, "the migration failed (status NAME, wait, start --wait)"),
+    (EXIT_FAILED, "the migration failed (status NAME, wait, start --wait, resume --wait), or "
+                  "an earlier migration of its chain did (wait); failed listed rows that "
+                  "cannot be migrated"),
     (EXIT_LOCKED, "start or plan could not take its locks (55P03): retry later"),
+    (EXIT_PRIVILEGE, "permission denied (42501): the role does not have the privileges of "
+                     "the migration's owner (failed, fix, quarantine, resume, complete), or "
+                     "lacks rights the script needs"),
     (EXIT_INTERRUPTED, "interrupted (Ctrl-C)"),
 ]
 
 
 class CliError(Exception):
-    """What main() prints to stderr before it exits with code."""
+    """What main() prints to stderr before it exits with code; hint is a
+    line, or a list of them."""
 
     def __init__(self, code, message, detail=None, hint=None, sqlstate=None):
         super().__init__(message)
@@ -68,8 +85,8 @@ class CliError(Exception):
         out.write("leapfrog: %s%s\n" % (self.message, state))
         if self.detail:
             out.write("DETAIL: %s\n" % self.detail)
-        if self.hint:
-            out.write("HINT: %s\n" % self.hint)
+        for hint in [self.hint] if isinstance(self.hint, str) else self.hint or []:
+            out.write("HINT: %s\n" % hint)
         out.flush()
 
 
@@ -78,6 +95,8 @@ def exit_code_of(sqlstate):
         return EXIT_REFUSED
     if sqlstate == "55P03":
         return EXIT_LOCKED
+    if sqlstate == "42501":
+        return EXIT_PRIVILEGE
     return EXIT_ERROR
 
 
@@ -313,23 +332,46 @@ def cmd_plan(args):
 
 def failure_hint(conn, name):
     """What to do about a failed migration: the hint of the error that
-    leapfrog.wait() raises for it (the server knows its remedies)."""
+    leapfrog.wait() raises for it (the server knows its remedies), and the
+    commands of this tool that apply them."""
+    hints = []
     try:
         conn.execute("SELECT leapfrog.wait(%s, 0)", [name])
     except psycopg.Error as e:
         if e.diag.message_hint:
-            return e.diag.message_hint
-    return ("Rows that cannot be migrated stay in their retired table (schema "
-            "leapfrog_retired); the statements that need them fail.")
+            hints.append(e.diag.message_hint)
+    if not hints:
+        hints.append("Rows that cannot be migrated stay in their retired table (schema "
+                     "leapfrog_retired); the statements that need them fail.")
+    hints.append("From the shell: leapfrog failed %s lists the rows; leapfrog fix or leapfrog "
+                 "quarantine each, then leapfrog resume %s." % (name, name))
+    return hints
+
+
+def _upstream_text(ups):
+    """The earlier migrations of a chain, with their state: m1 (running,
+    12.5%), m2 (failed)."""
+    parts = []
+    for u in ups:
+        st = u["state"]
+        if st == "running" and u["fraction"] is not None:
+            # never 100.0% while rows are left
+            st = "running, %.1f%%" % (math.floor(1000 * u["fraction"]) / 10)
+        parts.append('"%s" (%s)' % (u["name"], st))
+    return ", ".join(parts)
 
 
 def watch(conn, name, timeout, interval, out, quiet=False):
     """Follow migration name until it is done (EXIT_OK), failed
-    (EXIT_FAILED) or timeout seconds have passed (EXIT_TIMEOUT)."""
+    (EXIT_FAILED) or timeout seconds have passed (EXIT_TIMEOUT).  A chained
+    migration runs after the migrations that fill its inputs: a line says
+    which, and when they are done; one of them failing ends the wait
+    (EXIT_FAILED)."""
     shown = fmt.Progress(out, name, quiet)
     if interval is None:
         interval = 0.5 if shown.tty else 5.0
     began = time.monotonic()
+    after_shown = []
     while True:
         found = fmt.status_rows(conn, name)
         if not found:
@@ -337,6 +379,25 @@ def watch(conn, name, timeout, interval, out, quiet=False):
             raise CliError(EXIT_ERROR, 'migration "%s" does not exist' % name,
                            hint="See leapfrog status.")
         d = found[0]
+        after = d["after"] or []
+        if d["state"] == "running" and after:
+            ups = fmt.status_rows(conn, names=after)
+            bad = [u for u in ups if u["state"] == "failed"]
+            if bad:
+                shown.end(None)
+                raise CliError(EXIT_FAILED, 'migration "%s" cannot go on: "%s", which fills its '
+                               'inputs, failed: %s' % (name, bad[0]["name"], bad[0]["error"]),
+                               hint=failure_hint(conn, bad[0]["name"]))
+            if after != after_shown:
+                many = len(ups) > 1
+                shown.end('"%s" waits for %s, which fill%s its inputs: the background moves '
+                          'its rows once %s done' % (name, _upstream_text(ups),
+                                                     "" if many else "s",
+                                                     "those are" if many else "that is"))
+        elif after_shown and d["state"] == "running":
+            shown.end('"%s": %s done, its own rows move now'
+                      % (name, ", ".join('"%s"' % a for a in after_shown)))
+        after_shown = after
         if d["state"] == "done":
             shown.end('"%s" done: %s input rows in %s (%s)' % (
                 name, fmt.rows(d["tuples_total"]), fmt.duration(d["elapsed_s"]),
@@ -375,7 +436,11 @@ def cmd_start(args):
     t0 = time.perf_counter()
     try:
         doing = "leapfrog.start"
-        conn.execute("SELECT leapfrog.start(%s, %s)", [args.name, script])
+        if args.on_error is None:
+            conn.execute("SELECT leapfrog.start(%s, %s)", [args.name, script])
+        else:
+            conn.execute("SELECT leapfrog.start(%s, %s, on_error => %s)",
+                         [args.name, script, args.on_error])
         t1 = time.perf_counter()
         if then is not None:
             doing = "--then %s" % args.then
@@ -391,7 +456,10 @@ def cmd_start(args):
     conn.autocommit = True
     committed_at = conn.execute("SELECT statement_timestamp()").fetchone()[0]
     ms = lambda a, b: round((b - a) * 1000, 3)  # noqa: E731
-    res = {"name": args.name, "start_ms": ms(t0, t1),
+    on_error = conn.execute("SELECT on_error FROM leapfrog.migrations WHERE name = %s",
+                            [args.name]).fetchone()
+    res = {"name": args.name, "on_error": on_error[0] if on_error else args.on_error,
+           "start_ms": ms(t0, t1),
            "then_ms": ms(t1, t2) if then is not None else None,
            "commit_ms": ms(t2, t3), "switch_ms": ms(t0, t3),
            "started_at": started_at, "committed_at": committed_at}
@@ -404,6 +472,9 @@ def cmd_start(args):
         parts.append("commit %.1f ms" % res["commit_ms"])
         print('started "%s": %s; switched in %.1f ms' % (args.name, ", ".join(parts),
                                                           res["switch_ms"]), flush=True)
+        if res["on_error"] == "quarantine":
+            print("Rows that cannot be migrated are set aside into schema "
+                  "leapfrog_quarantine.", flush=True)
         if not args.wait:
             print("The data moves in the background: leapfrog status %s, leapfrog wait %s"
                   % (args.name, args.name), flush=True)
@@ -418,7 +489,7 @@ def cmd_wait(args):
     return watch(conn, args.name, args.timeout, args.interval, sys.stdout, args.quiet)
 
 
-def _status_line(d):
+def _status_line(d, extras=True):
     if d["state"] == "running":
         pct = "%.1f%%" % (100 * d["fraction"]) if d["fraction"] is not None else "?"
         more = "%s/%s rows (%s), %s, ETA %s" % (
@@ -430,6 +501,11 @@ def _status_line(d):
     else:
         more = "%s/%s rows; error: %s" % (fmt.rows(d["tuples_migrated"]),
                                           fmt.rows(d["tuples_total"]), d["error"])
+    if extras and d["failed_rows"]:
+        more += "; %s failed row%s (leapfrog failed %s)" % (
+            fmt.rows(d["failed_rows"]), "" if d["failed_rows"] == 1 else "s", d["name"])
+    if extras and d["after"]:
+        more += "; after %s" % ", ".join(d["after"])
     return more
 
 
@@ -443,9 +519,14 @@ def cmd_status(args):
         emit_json(found[0] if args.name is not None else found)
     elif args.name is not None:
         d = found[0]
-        for k in ("name", "state", "started_at", "finished_at"):
+        for k in ("name", "state", "started_at", "finished_at", "on_error"):
             print("%-16s %s" % (k + ":", d[k] if d[k] is not None else ""))
-        print("%-16s %s" % ("progress:", _status_line(d)))
+        print("%-16s %s" % ("progress:", _status_line(d, extras=False)))
+        print("%-16s %s%s" % ("failed rows:", fmt.rows(d["failed_rows"]),
+                              " (leapfrog failed %s)" % d["name"] if d["failed_rows"] else ""))
+        if d["after"]:
+            print("%-16s %s (unfinished migrations that fill its inputs: the background "
+                  "moves its rows once they are done)" % ("after:", ", ".join(d["after"])))
     elif not found:
         print("No migrations in this database.")
     else:
@@ -478,6 +559,235 @@ def cmd_complete(args):
     d = fmt.status_rows(conn, args.name)[0]
     print('completed "%s" in %s: %s rows were left, %s input rows in all'
           % (args.name, fmt.duration(took), fmt.rows(left), fmt.rows(d["tuples_total"])))
+    return EXIT_OK
+
+
+# ---- failed rows: failed, fix, quarantine, resume ---------------------------
+
+# The row as the server prints its jsonb (row::text): numbers exactly as
+# stored (-12.00, not -12.0; no digits lost to a float).
+FAILED_SQL = """
+SELECT input, ctid::text, row::text, sqlstate, error, failed_at
+  FROM leapfrog.failed_rows
+ WHERE migration = %s
+ ORDER BY input, ctid
+"""
+FAILED_FIELDS = ("input", "ctid", "row", "sqlstate", "error", "failed_at")
+
+
+def one_migration(conn, name):
+    found = fmt.status_rows(conn, name)
+    if not found:
+        raise CliError(EXIT_ERROR, 'migration "%s" does not exist' % name,
+                       hint="See leapfrog status.")
+    return found[0]
+
+
+def failed_rows(conn, name):
+    """(the migration's status row, its failed rows as dicts), read in one
+    snapshot.  leapfrog.failed_rows shows a migration's rows only to roles
+    with the privileges of its owner, leapfrog.migrations counts them for
+    everyone: rows counted but none shown means the role may not see them."""
+    conn.autocommit = False
+    try:
+        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        d = one_migration(conn, name)
+        rows = [dict(zip(FAILED_FIELDS, r)) for r in conn.execute(FAILED_SQL, [name])]
+    finally:
+        conn.rollback()
+        conn.autocommit = True
+    if d["failed_rows"] and not rows:
+        raise CliError(EXIT_PRIVILEGE, 'migration "%s" has %s failed row%s, and role "%s" may '
+                       'not see them: it needs the privileges of the migration\'s owner'
+                       % (name, fmt.rows(d["failed_rows"]), "" if d["failed_rows"] == 1 else "s",
+                          conn.info.user),
+                       hint="Connect as the role that started the migration, or a member of "
+                            "it (-U).")
+    return d, rows
+
+
+def tid_arg(v):
+    """A ctid as leapfrog failed prints it, (16,41), or without the
+    parentheses the shell would want quoted: 16,41."""
+    m = re.fullmatch(r"\s*\(?\s*(\d+)\s*,\s*(\d+)\s*\)?\s*", v)
+    if not m:
+        raise argparse.ArgumentTypeError("not a ctid (BLOCK,OFFSET, as leapfrog failed "
+                                         "prints it): %r" % v)
+    return "(%s,%s)" % m.groups()
+
+
+def resolve_input(conn, name, given):
+    """INPUT as the server wants it, schema-qualified as leapfrog failed
+    prints it; an unqualified name is taken when exactly one input of the
+    migration's failed rows has it."""
+    if "." in given:
+        return given
+    found = [r[0] for r in conn.execute(
+        "SELECT DISTINCT input FROM leapfrog.failed_rows WHERE migration = %s", [name])
+        if r[0].split(".", 1)[-1] in (given, '"%s"' % given)]
+    return found[0] if len(found) == 1 else given
+
+
+def left_to_do(conn, name):
+    """What the operator does next, after a row was corrected or set aside."""
+    d = one_migration(conn, name)
+    if d["failed_rows"]:
+        return "%s failed row%s left: leapfrog failed %s" % (
+            fmt.rows(d["failed_rows"]), "" if d["failed_rows"] == 1 else "s", name)
+    if d["state"] == "failed":
+        return "No failed row left: leapfrog resume %s" % name
+    return None
+
+
+def cmd_failed(args):
+    conn = connect(args)
+    d, rows = failed_rows(conn, args.name)
+    if args.json:
+        # each row's jsonb goes in as the server wrote it, in place of a marker
+        marks = {}
+        for i, r in enumerate(rows):
+            if r["row"] is not None:
+                mark = "\0leapfrog-row-%d\0" % i
+                marks[json.dumps(mark)] = r["row"]
+                r["row"] = mark
+        text = json.dumps({"migration": args.name, "state": d["state"], "error": d["error"],
+                           "failed_rows": len(rows), "rows": rows},
+                          indent=2, default=_json_default)
+        for mark, row in marks.items():
+            text = text.replace(mark, row, 1)
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
+        return EXIT_FAILED if rows else EXIT_OK
+    out = sys.stdout
+    if not rows:
+        out.write('"%s" (%s) has no failed rows.\n' % (args.name, d["state"]))
+        if d["state"] == "failed":
+            out.write("It failed: %s\n" % d["error"])
+            out.write("Once that is dealt with: leapfrog resume %s\n" % args.name)
+        return EXIT_OK
+    n = len(rows)
+    if d["state"] == "failed":
+        out.write('"%s" failed: %d row%s cannot be migrated.\n\n'
+                  % (args.name, n, "" if n == 1 else "s"))
+    else:
+        out.write('"%s" is %s; %d row%s could not be migrated.\n\n'
+                  % (args.name, d["state"], n, "" if n == 1 else "s"))
+    width = max(len("%s %s" % (r["input"], r["ctid"])) for r in rows)
+    for r in rows:
+        out.write("%-*s  %s  %s\n" % (width, "%s %s" % (r["input"], r["ctid"]), r["sqlstate"],
+                                       r["error"]))
+        out.write("    %s\n" % (r["row"] if r["row"] is not None
+                                 else "(gone: migrated, corrected or set aside meanwhile)"))
+    first = rows[0]
+    ctid = first["ctid"].strip("()")
+    out.write("\nCorrect a row:   leapfrog fix %s %s %s --set COLUMN=VALUE\n"
+              "Set it aside:    leapfrog quarantine %s %s %s\n"
+              "Then:            leapfrog resume %s\n"
+              % (args.name, first["input"], ctid, args.name, first["input"], ctid, args.name))
+    out.flush()
+    return EXIT_FAILED
+
+
+class _Edit(argparse.Action):
+    """--set, --null and --changes, kept in command-line order in args.edits."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        edits = list(getattr(namespace, self.dest, None) or [])
+        edits.append((self.const, values))
+        setattr(namespace, self.dest, edits)
+
+
+def changes_of(args):
+    """(the columns changed, the JSON objects of --set, --null and
+    --changes in command-line order).  The server joins the objects (jsonb
+    ||: a later one wins for the same column), so that the numbers of
+    --changes reach it as written, never through a float."""
+    columns, parts = set(), []
+    for option, value in args.edits or []:
+        if option == "changes":
+            try:
+                obj = json.loads(value, parse_float=decimal.Decimal)
+            except ValueError as e:
+                raise CliError(EXIT_USAGE, "--changes is not JSON: %s" % e)
+            if not isinstance(obj, dict):
+                raise CliError(EXIT_USAGE, "--changes must be a JSON object of column names "
+                                           "and values: %s" % value)
+            columns.update(obj)
+            parts.append(value)
+        elif option == "null":
+            columns.add(value)
+            parts.append(json.dumps({value: None}))
+        else:
+            col, eq, text = value.partition("=")
+            if not eq or not col:
+                raise CliError(EXIT_USAGE, "--set takes COLUMN=VALUE: %r" % value)
+            columns.add(col)
+            parts.append(json.dumps({col: text}))
+    if not columns:
+        raise CliError(EXIT_USAGE, "nothing to change: give --set COLUMN=VALUE, --null COLUMN "
+                                   "or --changes JSON")
+    return sorted(columns), parts
+
+
+def cmd_fix(args):
+    columns, parts = changes_of(args)
+    conn = connect(args)
+    one_migration(conn, args.name)
+    inp = resolve_input(conn, args.name, args.input)
+    joined = " || ".join(["%s::jsonb"] * len(parts))
+    try:
+        new = conn.execute("SELECT leapfrog.correct_row(%%s, %%s, %%s::tid, %s)::text" % joined,
+                           [args.name, inp, args.ctid] + parts).fetchone()[0]
+    except psycopg.Error as e:
+        raise sql_error(e, "leapfrog.correct_row")
+    print('corrected row %s of %s (%s): it is %s now, and waits for migration "%s"'
+          % (args.ctid, inp, ", ".join(columns), new, args.name))
+    nxt = left_to_do(conn, args.name)
+    if nxt:
+        print(nxt)
+    return EXIT_OK
+
+
+def cmd_quarantine(args):
+    conn = connect(args)
+    one_migration(conn, args.name)
+    inp = resolve_input(conn, args.name, args.input)
+    try:
+        table = conn.execute("SELECT leapfrog.quarantine_row(%s, %s, %s::tid)::text",
+                             [args.name, inp, args.ctid]).fetchone()[0]
+    except psycopg.Error as e:
+        raise sql_error(e, "leapfrog.quarantine_row")
+    print('set row %s of %s aside into %s: migration "%s" leaves it out'
+          % (args.ctid, inp, table, args.name))
+    nxt = left_to_do(conn, args.name)
+    if nxt:
+        print(nxt)
+    return EXIT_OK
+
+
+def cmd_resume(args):
+    conn = connect(args)
+    d = one_migration(conn, args.name)
+    if d["state"] == "done":
+        print('"%s" is done: nothing to resume' % args.name)
+        return EXIT_OK
+    try:
+        conn.execute("SELECT leapfrog.resume(%s)", [args.name])
+    except psycopg.Error as e:
+        raise sql_error(e, "leapfrog.resume")
+    if d["state"] == "failed":
+        print('resumed "%s": the background worker tries its rows again' % args.name)
+        if d["failed_rows"]:
+            print("%s row%s still listed as failed (leapfrog failed %s): unless %s been "
+                  "fixed otherwise, the migration fails on %s again"
+                  % (fmt.rows(d["failed_rows"]), "" if d["failed_rows"] == 1 else "s",
+                     args.name, "it has" if d["failed_rows"] == 1 else "they have",
+                     "it" if d["failed_rows"] == 1 else "them"))
+    else:
+        print('"%s" was %s, not failed: nothing to resume' % (args.name, d["state"]))
+    sys.stdout.flush()
+    if args.wait:
+        return watch(conn, args.name, args.timeout, args.interval, sys.stdout, args.quiet)
     return EXIT_OK
 
 
@@ -515,6 +825,17 @@ class _Formatter(argparse.HelpFormatter):
         if text.startswith("exit codes:"):
             return "".join(indent + line for line in text.splitlines(keepends=True))
         return super()._fill_text(text, width, indent)
+
+
+def add_wait_options(c):
+    c.add_argument("--wait", action="store_true", help="then wait until the data has moved")
+    c.add_argument("--timeout", type=_nonnegative, metavar="S",
+                   help="with --wait: give up after S seconds (exit status 5)")
+    c.add_argument("--interval", type=_positive, metavar="S",
+                   help="with --wait: seconds between progress updates (default 0.5 on a "
+                        "terminal, 5 otherwise)")
+    c.add_argument("--quiet", "-q", action="store_true",
+                   help="with --wait: no progress, only the final line")
 
 
 def build_parser():
@@ -568,22 +889,20 @@ def build_parser():
     c.add_argument("file", metavar="FILE", help="the migration script (- for standard input)")
     c.add_argument("--then", metavar="FILE",
                    help="SQL to run in the same transaction after start() (- for standard input)")
-    c.add_argument("--wait", action="store_true", help="then wait until the data has moved")
-    c.add_argument("--timeout", type=_nonnegative, metavar="S",
-                   help="with --wait: give up after S seconds (exit status 5)")
-    c.add_argument("--interval", type=_positive, metavar="S",
-                   help="with --wait: seconds between progress updates (default 0.5 on a "
-                        "terminal, 5 otherwise)")
-    c.add_argument("--quiet", "-q", action="store_true",
-                   help="with --wait: no progress, only the final line")
+    c.add_argument("--on-error", choices=("fail", "quarantine"),
+                   help="what the background does with a row it cannot migrate: fail the "
+                        "migration on it (the default; leapfrog failed lists the rows), or set "
+                        "it aside into schema leapfrog_quarantine and go on")
+    add_wait_options(c)
     c.add_argument("--json", action="store_true",
                    help="print the switch's timings as JSON (--wait's progress goes to stderr)")
     c.set_defaults(func=cmd_start)
 
     c = command("status", "the migrations and their progress",
                 "Lists the migrations of the database (or the one named) from "
-                "leapfrog.migrations: state, rows migrated, rate, ETA.  With NAME, the exit "
-                "status is 6 if that migration failed.")
+                "leapfrog.migrations: state, rows migrated, rate, ETA, the rows that could not "
+                "be migrated (failed rows), and for a chained migration the earlier ones it "
+                "runs after.  With NAME, the exit status is 6 if that migration failed.")
     c.add_argument("name", metavar="NAME", nargs="?", help="one migration")
     c.add_argument("--json", action="store_true",
                    help="print JSON: a list, or one object with NAME")
@@ -591,8 +910,9 @@ def build_parser():
 
     c = command("wait", "wait until a migration's data has moved",
                 "Follows the migration until it is done: a progress bar (rows, rate, ETA) on a "
-                "terminal, a plain line per update otherwise.  Exit status 0 once done, 5 when "
-                "--timeout expires first, 6 if the migration failed.")
+                "terminal, a plain line per update otherwise; a chained migration says which "
+                "earlier migrations it waits for.  Exit status 0 once done, 5 when --timeout "
+                "expires first, 6 if the migration (or an earlier one of its chain) failed.")
     c.add_argument("name", metavar="NAME", help="the migration's name")
     c.add_argument("--timeout", type=_nonnegative, metavar="S",
                    help="give up after S seconds (exit status 5)")
@@ -607,6 +927,63 @@ def build_parser():
                 "session, now, and the migration is done (the eager fallback).")
     c.add_argument("name", metavar="NAME", help="the migration's name")
     c.set_defaults(func=cmd_complete)
+
+    c = command("failed", "the rows the background could not migrate",
+                "Lists the migration's failed rows from leapfrog.failed_rows: input table, "
+                "ctid, SQLSTATE, error, and the row as it is now (JSON).  Correct them with "
+                "leapfrog fix or set them aside with leapfrog quarantine, then leapfrog "
+                "resume.  Needs the privileges of the migration's owner (exit status 8 "
+                "otherwise).  Exit status 0 when there is none, 6 when there are some.")
+    c.add_argument("name", metavar="NAME", help="the migration's name")
+    c.add_argument("--json", action="store_true",
+                   help="print JSON: the migration's state and error, and its rows")
+    c.set_defaults(func=cmd_failed)
+
+    c = command("fix", "correct a failed row (leapfrog.correct_row)",
+                "Sets columns of a row that waits for the migration (leapfrog.correct_row): "
+                "the row stays in its input and migrates when the migration runs again "
+                "(leapfrog resume).  VALUEs of --set are text, read by the column's type as "
+                "SQL would read a literal; --null sets NULL; --changes gives a JSON object "
+                "(numbers, nulls, JSON values for json columns).  A group or join key cannot "
+                "be corrected (exit status 4): set the row aside instead.")
+    c.add_argument("name", metavar="NAME", help="the migration's name")
+    c.add_argument("input", metavar="INPUT",
+                   help="the input table as leapfrog failed prints it (schema.table; the table "
+                        "alone when no other input of the failed rows has its name)")
+    c.add_argument("ctid", metavar="CTID", type=tid_arg,
+                   help="the row's ctid as leapfrog failed prints it: (16,41) or 16,41")
+    c.add_argument("--set", action=_Edit, dest="edits", const="set",
+                   metavar="COLUMN=VALUE",
+                   help="set COLUMN to VALUE (text); repeat for more columns")
+    c.add_argument("--null", action=_Edit, dest="edits", const="null",
+                   metavar="COLUMN",
+                   help="set COLUMN to NULL; repeat for more columns")
+    c.add_argument("--changes", action=_Edit, dest="edits", const="changes",
+                   metavar="JSON",
+                   help='the changes as a JSON object: \'{"balance": 0, "email": null}\'; '
+                        "with --set and --null, a later option wins for the same column")
+    c.set_defaults(func=cmd_fix)
+
+    c = command("quarantine", "set a row aside (leapfrog.quarantine_row)",
+                "Moves a row that waits for the migration out of it, into the quarantine table "
+                "leapfrog_quarantine.<input>_m<migration id> (leapfrog.quarantine_row), with "
+                "its SQLSTATE and error: the new tables never get it.  The row stays there "
+                "until you delete it.")
+    c.add_argument("name", metavar="NAME", help="the migration's name")
+    c.add_argument("input", metavar="INPUT",
+                   help="the input table as leapfrog failed prints it (schema.table; the table "
+                        "alone when no other input of the failed rows has its name)")
+    c.add_argument("ctid", metavar="CTID", type=tid_arg,
+                   help="the row's ctid as leapfrog failed prints it: (16,41) or 16,41")
+    c.set_defaults(func=cmd_quarantine)
+
+    c = command("resume", "a failed migration runs again (leapfrog.resume)",
+                "Runs leapfrog.resume(NAME): the background worker takes the failed migration "
+                "up again and tries the rows left, failing again on a row still wrong.  A "
+                "migration that is running or done is left as it is (exit status 0).")
+    c.add_argument("name", metavar="NAME", help="the migration's name")
+    add_wait_options(c)
+    c.set_defaults(func=cmd_resume)
     return p
 
 

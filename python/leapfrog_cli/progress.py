@@ -80,22 +80,28 @@ def measured_rate(conn, recent=10):
 
 STATUS_SQL = """
 SELECT name, state, started_at, finished_at, tuples_total, tuples_migrated, error,
-       extract(epoch FROM coalesce(finished_at, clock_timestamp()) - started_at)::float8
+       extract(epoch FROM coalesce(finished_at, clock_timestamp()) - started_at)::float8,
+       on_error, failed_rows, after
   FROM leapfrog.migrations
 """
 STATUS_FIELDS = ("name", "state", "started_at", "finished_at", "tuples_total",
-                 "tuples_migrated", "error", "elapsed_s")
+                 "tuples_migrated", "error", "elapsed_s", "on_error", "failed_rows", "after")
 
 
-def status_rows(conn, name=None):
-    """Rows of leapfrog.migrations as dicts (all, or the one named), with
-    what follows from them: remaining, fraction, rate (input rows per
-    second: over the whole run once done, so far while running) and, while
-    running, eta_s at that rate."""
-    q = STATUS_SQL + (" WHERE name = %s" if name is not None else "") + \
-        " ORDER BY started_at, name"
+def status_rows(conn, name=None, names=None):
+    """Rows of leapfrog.migrations as dicts (all, the one named, or those
+    in the list names), with what follows from them: remaining, fraction,
+    rate (input rows per second: over the whole run once done, so far
+    while running) and, while running, eta_s at that rate.  failed_rows
+    counts the rows the worker could not migrate, after lists the
+    unfinished migrations that fill its inputs (a chain)."""
+    q, params = STATUS_SQL, []
+    if name is not None:
+        q, params = q + " WHERE name = %s", [name]
+    elif names is not None:
+        q, params = q + " WHERE name = ANY(%s)", [list(names)]
     out = []
-    for r in conn.execute(q, [name] if name is not None else []).fetchall():
+    for r in conn.execute(q + " ORDER BY started_at, name", params).fetchall():
         d = dict(zip(STATUS_FIELDS, r))
         total, moved, el = d["tuples_total"], d["tuples_migrated"] or 0, d["elapsed_s"]
         d["remaining"] = max(total - moved, 0) if total is not None else None

@@ -4,7 +4,9 @@ Every test runs the tool as a subprocess (python -m leapfrog_cli, from this
 tree's python/) against the module's throwaway clusters and checks its exit
 status, its output and the database: `quiet` has leapfrog.background off
 (migrations stay running until something moves their rows), `live` has it
-on.  Each test works in a database of its own.
+on, `eager_worker` too with no delay and batches larger than the tables (a
+failing migration lists all its bad rows at once).  Each test works in a
+database of its own.
 
     plan      accepted script: every action (run, mapping 1:1/1:n/n:1/n:n,
               retire, replace), the inputs' sizes, the expected background
@@ -18,6 +20,15 @@ on.  Each test works in a database of its own.
               terminal, a bar on a terminal (pty); finishing when complete()
               runs meanwhile (0); a failed migration (6).
     complete  moves what is left; again: already done.
+    failed    a migration failed on rows a new CHECK and NOT NULL reject: the
+              rows listed (text, --json; 6), fixed (--set, --changes), one
+              set aside (quarantine, the table unqualified), none left (0),
+              resume, wait (0); the rows in the new table and the quarantine.
+              Another role: 8 for failed, fix, quarantine, resume.
+              start --on-error quarantine.  fix refused on a group key (4),
+              a row not waiting (1), usage (2).
+    chains    status (text, --json) shows after; wait says what it waits
+              for, and fails (6) when the earlier migration did.
     connection  -d conninfo, -d URI, -h/-p/-U, PG* variables; an unreachable
               server: 3; a database without the extension: 1.  FILE "-".
 """
@@ -181,6 +192,16 @@ def live(module_cluster_factory):
     return module_cluster_factory(**{"leapfrog.background": "on",
                                      "leapfrog.background_delay": 100,
                                      "leapfrog.batch_size": 2000})
+
+
+@pytest.fixture(scope="module")
+def eager_worker(module_cluster_factory):
+    """The worker at once, in batches larger than the tables: a migration
+    fails on all its bad rows together."""
+    needs_real_extension()
+    return module_cluster_factory(**{"leapfrog.background": "on",
+                                     "leapfrog.background_delay": 0,
+                                     "leapfrog.batch_size": 10000})
 
 
 # ---- plan --------------------------------------------------------------------
@@ -552,3 +573,214 @@ def test_installed_command():
     res = subprocess.run([sys.executable, str(script), "--version"], env=clean_env(),
                          capture_output=True, text=True, timeout=60)
     assert res.returncode == 0 and res.stdout.strip() == "leapfrog " + leapfrog_cli.__version__
+
+
+# ---- failed rows: failed, fix, quarantine, resume; chains ----------------------
+
+BAD_BALANCE = (17, 1500)        # balance < 0: breaks the new CHECK
+BAD_EMAIL = 2999                # NULL: breaks the new NOT NULL
+
+ACCT = """
+CREATE TABLE acct (id int PRIMARY KEY, balance int NOT NULL, email text);
+INSERT INTO acct SELECT g, g, 'u' || g FROM generate_series(1, 3000) g;
+UPDATE acct SET balance = -5 WHERE id IN (17, 1500);
+UPDATE acct SET email = NULL WHERE id = 2999;
+"""
+
+ACCT_CHECKED = """
+CREATE TABLE acct2 (id int PRIMARY KEY, balance int NOT NULL CHECK (balance >= 0),
+                    email text NOT NULL);
+INSERT INTO acct2 SELECT id, balance, email FROM acct;
+DROP TABLE acct;
+ALTER TABLE acct2 RENAME TO acct;
+"""
+
+
+def test_failed_fix_quarantine_resume(eager_worker, tmp_path):
+    """The owner, no superuser, lists the rows its migration failed on,
+    corrects two, sets one aside and resumes; another role may do none of
+    it (exit 8).  A migration chained after the failed one cannot finish
+    until it is resumed."""
+    c = eager_worker
+    dsn = new_db(c, "failing", "CREATE ROLE cli_op LOGIN; CREATE ROLE cli_other LOGIN;"
+                 "GRANT CREATE ON SCHEMA public TO cli_op; SET ROLE cli_op;" + ACCT)
+    op, other = ("-d", dsn, "-U", "cli_op"), ("-d", dsn, "-U", "cli_other")
+    cli_ok(*op, "start", "acct_v2", write(tmp_path, "checked.sql", ACCT_CHECKED))
+    res = cli(*op, "wait", "acct_v2", "--timeout", "60", "--interval", "0.2")
+    assert res.returncode == leapfrog_cli.EXIT_FAILED == 6, res
+    assert "HINT: From the shell: leapfrog failed acct_v2" in res.stderr, res.stderr
+
+    st = json.loads(cli(*op, "status", "acct_v2", "--json").stdout)
+    assert (st["state"], st["on_error"], st["failed_rows"], st["after"]) == \
+        ("failed", "fail", 3, [])
+    res = cli(*op, "status")
+    assert res.returncode == 0 and "3 failed rows (leapfrog failed acct_v2)" in res.stdout
+
+    # failed: every bad row, as JSON and as text; exit 6 while there are some
+    res = cli(*op, "failed", "acct_v2", "--json")
+    assert res.returncode == 6, res
+    listing = json.loads(res.stdout)
+    assert (listing["migration"], listing["state"], listing["failed_rows"]) == \
+        ("acct_v2", "failed", 3)
+    rows = {r["row"]["id"]: r for r in listing["rows"]}
+    assert set(rows) == set(BAD_BALANCE) | {BAD_EMAIL}
+    for rid, r in rows.items():
+        assert r["input"] == "public.acct" and r["failed_at"]
+        if rid == BAD_EMAIL:
+            assert (r["sqlstate"], r["row"]) == ("23502", {"id": rid, "balance": rid,
+                                                           "email": None})
+            assert "not-null" in r["error"]
+        else:
+            assert (r["sqlstate"], r["row"]["balance"]) == ("23514", -5)
+            assert "acct2_balance_check" in r["error"]
+    res = cli(*op, "failed", "acct_v2")
+    assert res.returncode == 6, res
+    assert res.stdout.startswith('"acct_v2" failed: 3 rows cannot be migrated.')
+    for r in rows.values():
+        assert "public.acct %s  %s  %s" % (r["ctid"], r["sqlstate"], r["error"]) in res.stdout
+    assert '{"id": 17, "email": "u17", "balance": -5}' in res.stdout
+    assert "leapfrog resume acct_v2" in res.stdout
+
+    # another role sees the count, not the rows, and may act on none
+    assert json.loads(cli(*other, "status", "acct_v2", "--json").stdout)["failed_rows"] == 3
+    ctid17 = rows[BAD_BALANCE[0]]["ctid"]
+    for args in (("failed", "acct_v2"),
+                 ("fix", "acct_v2", "public.acct", ctid17, "--set", "balance=0"),
+                 ("quarantine", "acct_v2", "public.acct", ctid17),
+                 ("resume", "acct_v2")):
+        res = cli(*other, *args)
+        assert res.returncode == leapfrog_cli.EXIT_PRIVILEGE == 8, (args, res)
+        assert "owner" in res.stderr
+        if args[0] != "failed":
+            assert "(SQLSTATE 42501)" in res.stderr
+
+    # a migration chained after it: waits for it, and cannot finish while it is failed
+    cli_ok(*op, "start", "acct_v3", "-", input="ALTER TABLE acct ALTER COLUMN balance "
+                                                 "TYPE bigint;")
+    assert json.loads(cli_ok(*op, "status", "acct_v3", "--json").stdout)["after"] == \
+        ["acct_v2"]
+    res = cli(*op, "wait", "acct_v3", "--timeout", "30")
+    assert res.returncode == 6, res
+    assert ('"acct_v3" cannot go on: "acct_v2", which fills its inputs, failed'
+            in res.stderr), res.stderr
+
+    # fix two (--set, the ctid without parentheses; --changes), set one aside
+    # (the input unqualified: the failed rows name it)
+    res = cli_ok(*op, "fix", "acct_v2", "public.acct", ctid17.strip("()"), "--set", "balance=0")
+    assert res.stdout.startswith("corrected row %s of public.acct (balance): it is (" % ctid17)
+    assert "2 failed rows left: leapfrog failed acct_v2" in res.stdout
+    res = cli_ok(*op, "fix", "acct_v2", "public.acct", rows[BAD_EMAIL]["ctid"],
+                 "--changes", '{"email": "fixed"}')
+    assert "1 failed row left" in res.stdout
+    res = cli_ok(*op, "quarantine", "acct_v2", "acct", rows[BAD_BALANCE[1]]["ctid"])
+    assert ("set row %s of public.acct aside into leapfrog_quarantine.acct_m1"
+            % rows[BAD_BALANCE[1]]["ctid"]) in res.stdout
+    assert "No failed row left: leapfrog resume acct_v2" in res.stdout
+    res = cli_ok(*op, "failed", "acct_v2")
+    assert res.stdout.startswith('"acct_v2" (failed) has no failed rows.')
+    assert json.loads(cli_ok(*op, "failed", "acct_v2", "--json").stdout)["rows"] == []
+
+    res = cli_ok(*op, "resume", "acct_v2")
+    assert res.stdout.startswith('resumed "acct_v2"')
+    for name in ("acct_v2", "acct_v3"):
+        res = cli_ok(*op, "wait", name, "--timeout", "60", "--interval", "0.2")
+        assert res.stdout.splitlines()[-1].startswith('"%s" done' % name), res.stdout
+    assert "is done: nothing to resume" in cli_ok(*op, "resume", "acct_v2").stdout
+    st = json.loads(cli_ok(*op, "status", "acct_v2", "--json").stdout)
+    assert (st["state"], st["failed_rows"], st["after"]) == ("done", 0, [])
+
+    # every row in the new table or the quarantine, once
+    assert c.sql("SELECT count(*), count(DISTINCT id), sum(balance) FROM acct",
+                 dbname="failing")[0] == (2999, 2999, sum(range(3001)) - 17 - 1500)
+    assert c.sql("SELECT balance, email FROM acct WHERE id IN (17, 2999) ORDER BY id",
+                 dbname="failing") == [(0, "u17"), (2999, "fixed")]
+    assert c.sql("SELECT id, balance, failed_sqlstate FROM leapfrog_quarantine.acct_m1",
+                 dbname="failing") == [(1500, -5, "23514")]
+
+
+def test_start_on_error_quarantine(eager_worker, tmp_path):
+    c = eager_worker
+    dsn = new_db(c, "quarantining", ACCT)
+    res = cli_ok("-d", dsn, "start", "acct_v2", write(tmp_path, "checked.sql", ACCT_CHECKED),
+                 "--on-error", "quarantine", "--wait", "--timeout", "60", "--interval", "0.2")
+    assert "set aside into schema leapfrog_quarantine" in res.stdout
+    assert res.stdout.splitlines()[-1].startswith('"acct_v2" done'), res.stdout
+    st = json.loads(cli_ok("-d", dsn, "status", "acct_v2", "--json").stdout)
+    assert (st["state"], st["on_error"], st["failed_rows"], st["error"]) == \
+        ("done", "quarantine", 0, None)
+    assert "on_error:        quarantine" in cli_ok("-d", dsn, "status", "acct_v2").stdout
+    assert cli_ok("-d", dsn, "failed", "acct_v2").stdout.startswith(
+        '"acct_v2" (done) has no failed rows.')
+    assert c.sql("SELECT id, failed_sqlstate FROM leapfrog_quarantine.acct_m1 ORDER BY id",
+                 dbname="quarantining") == [(17, "23514"), (1500, "23514"), (2999, "23502")]
+    assert c.sql("SELECT count(*) FROM acct", dbname="quarantining")[0][0] == 2997
+    timing = json.loads(cli_ok("-d", dsn, "start", "s1", "--json", "--on-error", "fail", "-",
+                               input="CREATE TABLE s (id int);").stdout)
+    assert timing["on_error"] == "fail"
+    res = cli("-d", dsn, "start", "s2", "--on-error", "ignore", "-", input="SELECT 1;")
+    assert res.returncode == 2 and "invalid choice" in res.stderr
+
+
+def test_chain_status_and_wait(quiet, tmp_path):
+    """A migration over a table an earlier one still fills: status shows
+    the chain, wait says what it waits for."""
+    c = quiet
+    dsn = new_db(c, "chain")
+    cli_ok("-d", dsn, "start", "m1", write(tmp_path, "split.sql", SPLIT))
+    cli_ok("-d", dsn, "start", "m2", "-", input="""
+        CREATE TABLE cust_a2 (id bigint PRIMARY KEY, name text NOT NULL);
+        INSERT INTO cust_a2 SELECT id, name FROM cust_a;
+        DROP TABLE cust_a;
+        ALTER TABLE cust_a2 RENAME TO cust_a;""")
+    listing = {m["name"]: m for m in json.loads(cli_ok("-d", dsn, "status", "--json").stdout)}
+    assert (listing["m1"]["after"], listing["m2"]["after"]) == ([], ["m1"])
+    text = cli_ok("-d", dsn, "status").stdout.splitlines()
+    assert text[0].startswith("m1  running") and "after" not in text[0]
+    assert text[1].startswith("m2  running") and text[1].endswith("; after m1")
+    assert "\nafter:           m1 (unfinished migrations" in cli_ok("-d", dsn, "status",
+                                                                   "m2").stdout
+
+    res = cli("-d", dsn, "wait", "m2", "--timeout", "0.4", "--interval", "0.2")
+    assert res.returncode == 5, res
+    assert res.stdout.splitlines()[0] == (
+        '"m2" waits for "m1" (running, 0.0%), which fills its inputs: the background moves '
+        'its rows once that is done'), res.stdout
+
+    cli_ok("-d", dsn, "complete", "m1")
+    assert json.loads(cli_ok("-d", dsn, "status", "m2", "--json").stdout)["after"] == []
+    res = cli("-d", dsn, "wait", "m2", "--timeout", "0.2", "--interval", "0.2")
+    assert res.returncode == 5 and "waits for" not in res.stdout, res
+    cli_ok("-d", dsn, "complete", "m2")
+    assert c.sql("SELECT count(*) FROM cust_a", dbname="chain")[0][0] == 1000
+
+
+def test_fix_refusals(quiet, tmp_path):
+    dsn = new_db(quiet, "fixkey", """
+        CREATE TABLE sale (id int PRIMARY KEY, cust int NOT NULL, amt int NOT NULL);
+        CREATE INDEX ON sale (cust);
+        INSERT INTO sale SELECT g, g % 3, g FROM generate_series(1, 30) g;""")
+    cli_ok("-d", dsn, "start", "totals", "-", input="""
+        CREATE TABLE total (cust int PRIMARY KEY, amt bigint NOT NULL);
+        INSERT INTO total SELECT cust, sum(amt) FROM sale GROUP BY cust;
+        DROP TABLE sale;""")
+    # a group key: Leapfrog refuses, exit 4, the hint says to set the row aside
+    res = cli("-d", dsn, "fix", "totals", "public.sale", "0,3", "--set", "cust=1")
+    assert res.returncode == leapfrog_cli.EXIT_REFUSED == 4, res
+    assert "(SQLSTATE 0A000)" in res.stderr and "leapfrog.quarantine_row" in res.stderr
+    res = cli_ok("-d", dsn, "fix", "totals", "public.sale", "(0,3)", "--set", "amt=3",
+                 "--null", "amt", "--changes", '{"amt": 1}', "--set", "amt=1003")
+    assert res.stdout.startswith("corrected row (0,3) of public.sale (amt): it is (0,")
+    # the row is not there any more (corrected: a new ctid); no such column
+    res = cli("-d", dsn, "quarantine", "totals", "public.sale", "0,3")
+    assert res.returncode == 1 and "is not waiting for migration" in res.stderr, res
+    res = cli("-d", dsn, "fix", "totals", "public.sale", "0,4", "--set", "nope=1")
+    assert res.returncode == 1 and "(SQLSTATE 42703)" in res.stderr, res
+    for args in (("0,4",), ("0,4", "--set", "amt"), ("0,4", "--changes", "[1]"),
+                 ("0,4", "--changes", "{"), ("x", "--set", "amt=1")):
+        res = cli("-d", dsn, "fix", "totals", "public.sale", *args)
+        assert res.returncode == 2, (args, res)
+    res = cli("-d", dsn, "failed", "nope")
+    assert res.returncode == 1 and 'migration "nope" does not exist' in res.stderr
+    cli_ok("-d", dsn, "complete", "totals")
+    assert quiet.sql("SELECT amt FROM total WHERE cust = 0", dbname="fixkey")[0][0] == \
+        sum(g for g in range(1, 31) if g % 3 == 0) + 1000
