@@ -21,7 +21,6 @@ be - for standard input.  Exit codes: the EXIT_* constants below (README.md,
 import argparse
 import decimal
 import json
-import math
 import os
 import re
 import shutil
@@ -355,8 +354,7 @@ def _upstream_text(ups):
     for u in ups:
         st = u["state"]
         if st == "running" and u["fraction"] is not None:
-            # never 100.0% while rows are left
-            st = "running, %.1f%%" % (math.floor(1000 * u["fraction"]) / 10)
+            st = "running, %s" % fmt.percent(u["fraction"])
         parts.append('"%s" (%s)' % (u["name"], st))
     return ", ".join(parts)
 
@@ -388,6 +386,7 @@ def watch(conn, name, timeout, interval, out, quiet=False):
                 raise CliError(EXIT_FAILED, 'migration "%s" cannot go on: "%s", which fills its '
                                'inputs, failed: %s' % (name, bad[0]["name"], bad[0]["error"]),
                                hint=failure_hint(conn, bad[0]["name"]))
+            shown.held()
             if after != after_shown:
                 many = len(ups) > 1
                 shown.end('"%s" waits for %s, which fill%s its inputs: the background moves '
@@ -491,7 +490,7 @@ def cmd_wait(args):
 
 def _status_line(d, extras=True):
     if d["state"] == "running":
-        pct = "%.1f%%" % (100 * d["fraction"]) if d["fraction"] is not None else "?"
+        pct = fmt.percent(d["fraction"]) if d["fraction"] is not None else "?"
         more = "%s/%s rows (%s), %s, ETA %s" % (
             fmt.rows(d["tuples_migrated"]), fmt.rows(d["tuples_total"]), pct,
             fmt.rate(d["rate_rows_per_s"]) if d["rate_rows_per_s"] else "rate ?",

@@ -1,5 +1,6 @@
 """Figures for people: sizes, durations, rates; the background rate of a
 database; the progress display of `leapfrog wait`."""
+import math
 import statistics
 import time
 from collections import deque
@@ -40,6 +41,14 @@ def duration(s):
 
 def rate(r):
     return "?" if r is None else "{:,.0f} rows/s".format(r)
+
+
+def percent(fraction):
+    """A fraction in percent, one decimal, rounded down: 100.0% only when
+    nothing is left (199,997 of 200,000 is 99.9%)."""
+    if fraction is None:
+        return "?%"
+    return "%.1f%%" % (math.floor(1000 * fraction + 1e-9) / 10)
 
 
 def one_line(sql, width=72):
@@ -134,6 +143,13 @@ class Progress:
         self.quiet = quiet
         self.samples = deque()
         self.drawn = False
+        self.average_ok = True
+
+    def held(self):
+        """The migration waits for earlier ones (a chain): its rate starts
+        afresh once they are done, without the average since its start."""
+        self.samples.clear()
+        self.average_ok = False
 
     def rate(self, d):
         now = time.monotonic()
@@ -146,7 +162,7 @@ class Progress:
             return (moved - m0) / (now - t0)
         # No window yet: the average since the start, once it is not mostly
         # the worker's start-up (leapfrog.background_delay) any more.
-        if d["elapsed_s"] and d["elapsed_s"] >= self.WINDOW_S:
+        if self.average_ok and d["elapsed_s"] and d["elapsed_s"] >= self.WINDOW_S:
             return d["rate_rows_per_s"]
         return None
 
@@ -154,7 +170,7 @@ class Progress:
         r = self.rate(d)
         left = d["remaining"]
         eta = left / r if r and left is not None else None
-        pct = "%5.1f%%" % (100 * d["fraction"]) if d["fraction"] is not None else "    ?%"
+        pct = "%6s" % percent(d["fraction"])
         text = "%s %s migrated, %s rows left, %s, ETA %s" % (
             pct, rows(d["tuples_migrated"] or 0) + "/" + rows(d["tuples_total"]), rows(left),
             rate(r) if r else "rate ?", duration(eta) if eta is not None else "?")

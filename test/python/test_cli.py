@@ -740,17 +740,32 @@ def test_chain_status_and_wait(quiet, tmp_path):
     assert "\nafter:           m1 (unfinished migrations" in cli_ok("-d", dsn, "status",
                                                                    "m2").stdout
 
-    res = cli("-d", dsn, "wait", "m2", "--timeout", "0.4", "--interval", "0.2")
-    assert res.returncode == 5, res
-    assert res.stdout.splitlines()[0] == (
-        '"m2" waits for "m1" (running, 0.0%), which fills its inputs: the background moves '
-        'its rows once that is done'), res.stdout
-
-    cli_ok("-d", dsn, "complete", "m1")
-    assert json.loads(cli_ok("-d", dsn, "status", "m2", "--json").stdout)["after"] == []
-    res = cli("-d", dsn, "wait", "m2", "--timeout", "0.2", "--interval", "0.2")
-    assert res.returncode == 5 and "waits for" not in res.stdout, res
-    cli_ok("-d", dsn, "complete", "m2")
+    # wait says what it waits for, and when that is done
+    waiter = subprocess.Popen(
+        [sys.executable, "-m", "leapfrog_cli", "-d", dsn, "wait", "m2", "--timeout", "60",
+         "--interval", "0.2"], env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL, text=True)
+    try:
+        first = waiter.stdout.readline()
+        assert first == ('"m2" waits for "m1" (running, 0.0%), which fills its inputs: the '
+                         'background moves its rows once that is done\n'), first
+        assert " m2 running: " in waiter.stdout.readline()
+        cli_ok("-d", dsn, "complete", "m1")
+        while True:
+            line = waiter.stdout.readline()
+            assert line, "wait ended early"
+            if not line.startswith(tuple("0123456789")):
+                break
+        assert line == '"m2": "m1" done, its own rows move now\n', line
+        assert json.loads(cli_ok("-d", dsn, "status", "m2", "--json").stdout)["after"] == []
+        cli_ok("-d", dsn, "complete", "m2")
+        out, err = waiter.communicate(timeout=30)
+    finally:
+        if waiter.poll() is None:
+            waiter.kill()
+            waiter.wait()
+    assert waiter.returncode == 0, (out, err)
+    assert out.splitlines()[-1].startswith('"m2" done: 1,000 input rows in '), out
     assert c.sql("SELECT count(*) FROM cust_a", dbname="chain")[0][0] == 1000
 
 
