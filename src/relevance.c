@@ -1163,17 +1163,39 @@ lock_live_targets(List *targets)
 	List	   *live = NIL;
 	ListCell   *lc;
 
-	foreach(lc, targets)
+	/*
+	 * Chained migrations: an input may be a table an earlier migration
+	 * fills, whose own inputs the plan reads too (nest_upstream, compute.c):
+	 * those are locked as well, up the chain.  A lock that brings news
+	 * (a completion) makes the cache reload and the walk start again with
+	 * what it says now; locks already held stay.
+	 */
+	for (;;)
 	{
-		LfMigration *mig = lf_migration_by_target(lfirst_oid(lc));
-		ListCell   *li;
+		List	   *todo = list_copy(targets);
 
-		if (mig)
-			foreach(li, mig->inputs)
-				(void) lf_lock_input_if_exists(lfirst_oid(li), AccessShareLock);
-	}
-	if (!lf_cache_valid)
+		foreach(lc, todo)
+		{
+			LfMigration *mig = lf_migration_by_target(lfirst_oid(lc));
+			ListCell   *li;
+
+			if (mig)
+				foreach(li, mig->inputs)
+				{
+					(void) lf_lock_input_if_exists(lfirst_oid(li), AccessShareLock);
+					if (!lf_cache_valid)
+						break;
+					if (lf_is_target(lfirst_oid(li)))
+						todo = list_append_unique_oid(todo, lfirst_oid(li));
+				}
+			if (!lf_cache_valid)
+				break;
+		}
+		list_free(todo);
+		if (lf_cache_valid)
+			break;
 		lf_cache_load();
+	}
 	foreach(lc, targets)
 		if (lf_is_target(lfirst_oid(lc)))
 			live = lappend_oid(live, lfirst_oid(lc));
@@ -1268,21 +1290,31 @@ on_grouping_columns(Node *c, int rti, Query *level)
 	return true;
 }
 
+/*
+ * Any input of the item's migration may be a table still being filled, not
+ * only the item's own: a join mapping's other side (the preserved side of
+ * an outer join is the item's input).  The mapping level is then collected
+ * whole, which gives items for every such table it reads.
+ */
 static void
 nest_upstream(RelCtx *cx)
 {
 	for (int i = 0; i < list_length(cx->queries); i++)
 	{
 		Oid			input = list_nth_oid(cx->inputs, i);
+		LfMigration *mig = lf_migration_by_input(input);
 		Query	   *level;
+		ListCell   *lc;
 
-		if (!lf_is_target(input))
+		if (mig == NULL || !lf_has_upstream(mig))
 			continue;
 		level = upstream_level(list_nth(cx->queries, i), input);
 		if (level)
 			collect_level(level, cx);
 		else
-			whole_table(cx, input, NULL, LF_NEEDS_ROWS);
+			foreach(lc, mig->inputs)
+				if (lf_upstream_of(mig, lfirst_oid(lc)))
+					whole_table(cx, lfirst_oid(lc), NULL, LF_NEEDS_ROWS);
 	}
 }
 
@@ -1330,7 +1362,7 @@ plan_items(RelCtx *cx, PlannedStmt *stmt, ParamListInfo boundParams)
 		PlannedStmt *rs;
 		LfMigration *mig = lf_migration_by_input(lfirst_oid(li));
 		/* an input an earlier migration still fills gains rows: not alone */
-		bool		alone = standalone(q) && !lf_is_target(lfirst_oid(li));
+		bool		alone = standalone(q) && mig && !lf_has_upstream(mig);
 		List	   *item;
 
 		if (mig == NULL)

@@ -183,6 +183,32 @@ CHAINS = [
          "GROUP BY cust ORDER BY cust"],
     ),
     Chain(
+        # a join whose preserved side is a plain table and whose other side
+        # is still being retyped: the statement's conditions on that other
+        # side must reach the retype's rows too
+        "outer_join_over_running_retype",
+        ["CREATE TABLE customer (id int PRIMARY KEY, name text NOT NULL)",
+         "INSERT INTO customer SELECT g, 'c' || g FROM generate_series(1, 200) g",
+         "CREATE TABLE orders (id int PRIMARY KEY, cust int NOT NULL, amt int NOT NULL)",
+         "CREATE INDEX orders_cust ON orders (cust)",
+         "INSERT INTO orders SELECT g, g % 150 + 1, g % 97 FROM generate_series(1, 3000) g"],
+        [
+            ("ALTER TABLE orders ALTER COLUMN amt TYPE bigint", [
+                "UPDATE orders SET amt = 50 WHERE id = 7",
+                "INSERT INTO orders VALUES (9001, 5, 50)",
+            ]),
+            ("""CREATE TABLE cust_order AS SELECT c.id, c.name, o.id AS order_id, o.amt
+                  FROM customer c LEFT JOIN orders o ON o.cust = c.id;
+                DROP TABLE orders""", [
+                "SELECT * FROM cust_order WHERE amt = 50 ORDER BY id, order_id",
+                "SELECT count(*) FROM cust_order WHERE order_id IS NULL",
+                "UPDATE cust_order SET amt = amt + 1 WHERE amt = 51",
+                "SELECT * FROM cust_order WHERE order_id BETWEEN 100 AND 110 ORDER BY order_id",
+            ]),
+        ],
+        ["SELECT count(*), sum(amt), count(DISTINCT id), count(order_id) FROM cust_order"],
+    ),
+    Chain(
         # a GROUP BY over the table a running GROUP BY fills
         "group_of_group",
         ["CREATE TABLE orders (id int PRIMARY KEY, cust int NOT NULL, band int NOT NULL, "
