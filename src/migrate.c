@@ -147,6 +147,17 @@ tidset_sort_unique(TidSet *set)
 	set->n = j + 1;
 }
 
+/*
+ * Set while run_plan starts one of our own plans: the executor hook leaves
+ * it alone.  Its snapshot is the step's, chosen on purpose; the hook's
+ * check of completed migrations would have replaced it with a newer one,
+ * which no longer sees the rows the step has just claimed (a chained GROUP
+ * BY step inserted nothing for a whole group, while the copy of the same
+ * rows, run just before the completion of the earlier migration reached
+ * the cache, was right).
+ */
+static bool running_own_plan = false;
+
 /* Run one plan with the given snapshot and parameters; returns es_processed. */
 static uint64
 run_plan(PlannedStmt *ps, const char *what, Snapshot snap, ParamListInfo params,
@@ -157,7 +168,16 @@ run_plan(PlannedStmt *ps, const char *what, Snapshot snap, ParamListInfo params,
 
 	PushActiveSnapshot(snap);
 	qd = CreateQueryDesc(ps, what, snap, InvalidSnapshot, dest, params, NULL, 0);
-	ExecutorStart(qd, 0);
+	running_own_plan = true;
+	PG_TRY();
+	{
+		ExecutorStart(qd, 0);
+	}
+	PG_FINALLY();
+	{
+		running_own_plan = false;
+	}
+	PG_END_TRY();
 	ExecutorRun(qd, ForwardScanDirection, 0, true);
 	ExecutorFinish(qd);
 	n = qd->estate->es_processed;
@@ -1539,8 +1559,11 @@ lf_replan_computing(QueryDesc *qd, int eflags)
 static void
 lf_ExecutorStart(QueryDesc *qd, int eflags)
 {
-	/* a parallel worker runs on its leader's snapshot, already prepared */
-	if (!IsParallelWorker())
+	/*
+	 * A parallel worker runs on its leader's snapshot, already prepared; our
+	 * own plans (run_plan) on the snapshot their step chose.
+	 */
+	if (!IsParallelWorker() && !running_own_plan)
 	{
 		List	   *items = lf_plan_items(qd->plannedstmt);
 

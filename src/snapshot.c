@@ -68,6 +68,11 @@ lf_xact_visible(LfXact *x, Snapshot snap)
 	return false;
 }
 
+/*
+ * Does stmt read one of relids: in its own plan, or through its relevance
+ * queries (chained migrations: an input of a later migration is a new
+ * table of an earlier one)?
+ */
 static bool
 reads_any(PlannedStmt *stmt, List *relids)
 {
@@ -80,6 +85,9 @@ reads_any(PlannedStmt *stmt, List *relids)
 		if (rte->rtekind == RTE_RELATION && list_member_oid(relids, rte->relid))
 			return true;
 	}
+	foreach(lc, lf_plan_items(stmt))
+		if (list_member_oid(relids, lf_item_input(lfirst(lc))))
+			return true;
 	return false;
 }
 
