@@ -297,7 +297,7 @@ extern void lf_install_planner_hook(void);
 extern RangeTblEntry *lf_map_rte(LfMapping *m, RangeTblEntry *orig);
 extern Node *lf_raw_quals(Query *q, Node *quals);
 extern bool lf_has_outer_refs(Node *node);
-extern PlannedStmt *lf_pull_plan(LfMapping *m, Node *quals);
+extern PlannedStmt *lf_pull_plan(LfMapping *m, Node *quals, List **upstream);
 
 /* estimate.c */
 extern void lf_install_estimate_hook(void);

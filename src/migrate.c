@@ -899,13 +899,55 @@ key_condition(LfMapping *m, int i, int from, int k, Oid rel_i, Datum *values, bo
 	return cond;
 }
 
+static void migrate_set(TidSet *set);
+static void run_relevance(List *item, Snapshot snap, ParamListInfo params, TidSet *set);
+static int	set_cmp(const ListCell *a, const ListCell *b);
+static TidSet *set_for(List **sets, Oid input);
+
+/*
+ * Migrate what the relevance items find, round after round, until a round
+ * finds nothing: the rows up a chain that a pull needs in place (the
+ * earlier migrations first, as in migrate_rounds).
+ */
+static void
+migrate_items(List *items)
+{
+	for (int round = 0;; round++)
+	{
+		List	   *sets = NIL;
+		bool		any = false;
+		Snapshot	snap;
+		ListCell   *lc;
+
+		CommandCounterIncrement();
+		snap = RegisterSnapshot(GetTransactionSnapshot());
+		foreach(lc, items)
+		{
+			TidSet	   *set = set_for(&sets, lf_item_input(lfirst(lc)));
+
+			run_relevance(lfirst(lc), snap, NULL, set);
+			any |= set->n > 0;
+		}
+		UnregisterSnapshot(snap);
+		if (!any)
+			return;
+		if (round >= 1000)
+			elog(ERROR, "leapfrog: the rows a pull needs up the chain did not converge");
+		list_sort(sets, set_cmp);
+		foreach(lc, sets)
+			migrate_set((TidSet *) lfirst(lc));
+	}
+}
+
 /*
  * Chained migrations: before the units of the given rows of input (of m,
  * of mig) are found, the earlier migration that fills an input of m moves
  * in every row it still holds for those units' keys.  A unit must be whole
  * when it migrates (units.c), and rows that arrive later would make a
- * second, partial one.  start() allows this only where the earlier
- * migration reads no table being filled itself, so its rows are all there.
+ * second, partial one.  If the earlier migration reads a table still being
+ * filled in turn, the rows up the chain that its mapping would turn into
+ * those keys are moved in first (lf_pull_plan's upstream items), and so on
+ * up; a GROUP BY or join step up the chain pulls for its own units alike.
  */
 static void
 pull_upstream(LfMigration *mig, LfMapping *m, int from, ItemPointer tids, int ntids)
@@ -964,10 +1006,13 @@ pull_upstream(LfMigration *mig, LfMapping *m, int from, ItemPointer tids, int nt
 			TidSet		set = {CurrentMemoryContext, um->input};
 			TidReceiver rcv = {{tid_receive, tid_startup, tid_shutdown, tid_destroy, DestNone}};
 			PlannedStmt *ps;
+			List	   *upstream = NIL;
 
 			if (um->target != m->inputs[i])
 				continue;
-			ps = lf_pull_plan(um, (Node *) make_ands_explicit(copyObject(conds)));
+			ps = lf_pull_plan(um, (Node *) make_ands_explicit(copyObject(conds)), &upstream);
+			if (upstream)
+				migrate_items(upstream);
 			rcv.set = &set;
 			CommandCounterIncrement();
 			snap = RegisterSnapshot(GetTransactionSnapshot());

@@ -62,6 +62,7 @@ typedef struct RelCtx
 } RelCtx;
 
 static void collect_level(Query *level, RelCtx *cx);
+static List *plan_items(RelCtx *cx, PlannedStmt *stmt, ParamListInfo boundParams);
 static bool on_grouping_columns(Node *c, int rti, Query *level);
 
 /* ---------------------------------------------------------------------
@@ -1369,8 +1370,11 @@ plan_items(RelCtx *cx, PlannedStmt *stmt, ParamListInfo boundParams)
 			continue;			/* completed while we planned */
 		rewrite_integer_quals(q);
 		rs = standard_planner(q, "leapfrog relevance", 0, boundParams);
-		stmt->relationOids = list_concat_unique_oid(stmt->relationOids, rs->relationOids);
-		stmt->invalItems = list_concat(stmt->invalItems, rs->invalItems);
+		if (stmt)
+		{
+			stmt->relationOids = list_concat_unique_oid(stmt->relationOids, rs->relationOids);
+			stmt->invalItems = list_concat(stmt->invalItems, rs->invalItems);
+		}
 		/* in the order of LfItemField */
 		item = list_make4(makeInteger((int) lfirst_oid(li)), makeInteger(mig->id), rs,
 						  makeString(lfirst(ld)));
@@ -1463,10 +1467,35 @@ lf_planner(Query *parse, const char *query_string, int cursorOptions,
  * images would have those values.
  */
 PlannedStmt *
-lf_pull_plan(LfMapping *m, Node *quals)
+lf_pull_plan(LfMapping *m, Node *quals, List **upstream)
 {
 	Query	   *q = single_table_query(m, target_rte(m->target, 0), quals);
 
+	/*
+	 * The mapping's input may itself be a table still being filled, three
+	 * deep: the relevance queries of the migrations up the chain for the
+	 * rows this query could return (nest_upstream), to run first.
+	 */
+	if (upstream)
+	{
+		RelCtx		cx = {0};
+		LfMigration *mig = lf_migration_by_input(m->input);
+
+		*upstream = NIL;
+		if (mig && lf_has_upstream(mig))
+		{
+			cx.queries = list_make1(copyObject(q));
+			cx.inputs = list_make1_oid(m->input);
+			cx.descs = list_make1(pstrdup("pull"));
+			cx.kinds = list_make1_int(LF_NEEDS_ROWS);
+			nest_upstream(&cx);
+			cx.queries = list_delete_first(cx.queries);
+			cx.inputs = list_delete_first(cx.inputs);
+			cx.descs = list_delete_first(cx.descs);
+			cx.kinds = list_delete_first(cx.kinds);
+			*upstream = plan_items(&cx, NULL, NULL);
+		}
+	}
 	rewrite_integer_quals(q);
 	return standard_planner(q, "leapfrog pull", 0, NULL);
 }

@@ -683,19 +683,6 @@ add_mapping(StartState *st, RawStmt *rs)
 				   errdetail("Its rows move into it after start()."),
 				   errhint("Put the INSERT ... SELECT before the ALTER TABLE or CREATE INDEX."));
 	check_shared_inputs(st, pm);
-	/*
-	 * A unit over a table an earlier migration fills first pulls that
-	 * migration's rows for its key (migrate.c, pull_upstream), which finds
-	 * them all only if the earlier migration reads no table being filled.
-	 */
-	for (int i = 0; i < pm->ninputs; i++)
-		if (pm->kind != LF_MAP_ROWS && lf_is_target(pm->inputs[i]) &&
-			lf_has_upstream(lf_migration_by_target(pm->inputs[i])))
-			refuse(errmsg("GROUP BY or join mapping over table \"%s\" is not supported while migration \"%s\" fills it from a table still being filled",
-						  get_rel_name(pm->inputs[i]),
-						  lf_migration_by_target(pm->inputs[i])->name),
-				   errdetail("A group or join key of it could still be missing rows two migrations up the chain."),
-				   errhint("Wait for that migration with leapfrog.wait(), or finish it now with leapfrog.complete()."));
 	pm->target = rt_fetch(ins->resultRelation, ins->rtable)->relid;
 	if (replacement_of(st, pm->target))
 		refuse(errmsg("INSERT ... SELECT into table \"%s\", replaced lazily by the same script, is not supported",
