@@ -696,6 +696,12 @@ add_mapping(StartState *st, RawStmt *rs)
 
 		n->pm = pm;
 		n->target = MemoryContextStrdup(st->cxt, qualified_name(pm->target));
+		for (int i = 0; i < pm->ninputs; i++)
+			if (lf_is_target(pm->inputs[i]))
+				n->detail = MemoryContextStrdup(st->cxt,
+												psprintf("chained: migration \"%s\" is still filling %s",
+														 lf_migration_by_target(pm->inputs[i])->name,
+														 get_rel_name(pm->inputs[i])));
 		if (pm->ninputs == 2)
 		{
 			PlanNote   *other = plan_note(st, st->current, "mapping", pm->inputs[1], NULL);

@@ -104,6 +104,12 @@ INSERT INTO pl.cust_a SELECT id, name FROM pl.cust;
 DROP TABLE pl.cust;
 $$);
 SELECT name, state FROM leapfrog.migrations WHERE name = 'pl_split';
+-- A script over a table the split still fills: chained.
+SELECT statement, action, kind, input, target, detail FROM leapfrog.plan($$
+CREATE TABLE pl.cust_a2 (id bigint PRIMARY KEY, name text NOT NULL);
+INSERT INTO pl.cust_a2 SELECT id, name FROM pl.cust_a;
+DROP TABLE pl.cust_a;
+$$);
 SELECT leapfrog.complete('pl_split');
 SELECT count(*) FROM pl.cust_a;
 DROP SCHEMA pl CASCADE;
