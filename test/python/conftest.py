@@ -116,3 +116,14 @@ def pytest_terminal_summary(terminalreporter):
         "differential cases completed: %s; lazy-only 40001: %d statements in %d runs"
         % (runs, len(diff.SERIALIZATION_FAILURES),
            len({run for _, _, _, run in diff.SERIALIZATION_FAILURES})))
+    if diff.CHAIN_ROWS_LEFT:
+        # later starts of a chain where the first migration still held rows
+        # (asserted without the worker; with it, timing decides)
+        tally = {}
+        for variant, _, _, left in diff.CHAIN_ROWS_LEFT:
+            first = left.get(min(left)) if left else 0
+            n, k = tally.get(variant, (0, 0))
+            tally[variant] = (n + 1, k + (1 if first else 0))
+        terminalreporter.write_line(
+            "chained starts with rows left in the first migration: %s"
+            % ", ".join("%s %d of %d" % (v, k, n) for v, (n, k) in sorted(tally.items())))
