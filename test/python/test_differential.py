@@ -2722,7 +2722,7 @@ def test_expression_catalogue(diff_cluster):
 # last step address rows by key (_narrow), and leave alone the targets of a
 # GROUP BY or join over a table still being filled, whose statements move
 # every row the earlier migration holds.  Counts: LEAPFROG_DIFF_CHAIN_COUNT,
-# LEAPFROG_DIFF_CHAIN_BACKGROUND_COUNT (default a quarter of
+# LEAPFROG_DIFF_CHAIN_BACKGROUND_COUNT (default an eighth of
 # LEAPFROG_DIFF_BACKGROUND_COUNT when that is set, as make soak does),
 # LEAPFROG_DIFF_CHAIN_REFUSAL_COUNT.
 
@@ -3337,14 +3337,14 @@ def gen_chain_workload(rng, case, tables, n, final):
 
 def _chain_seeds(env, offset, default):
     """Seeds of a chain variant: LEAPFROG_DIFF_<env> of them from offset;
-    by default a quarter of LEAPFROG_DIFF_BACKGROUND_COUNT if that is set
+    by default an eighth of LEAPFROG_DIFF_BACKGROUND_COUNT if that is set
     (make soak), else default."""
     if os.environ.get("LEAPFROG_DIFF_SEEDS"):
         return _seeds()
     base = int(os.environ.get("LEAPFROG_DIFF_BASE", "0"))
     count = os.environ.get("LEAPFROG_DIFF_" + env)
     if count is None and os.environ.get("LEAPFROG_DIFF_BACKGROUND_COUNT"):
-        count = int(os.environ["LEAPFROG_DIFF_BACKGROUND_COUNT"]) // 4
+        count = int(os.environ["LEAPFROG_DIFF_BACKGROUND_COUNT"]) // 8
     count = int(count) if count is not None else default
     return [offset + base + k for k in range(count)]
 
