@@ -131,6 +131,16 @@ sees_start_func(void)
 /* A Query: SELECT tlist FROM rte [WHERE quals] */
 static bool rewrite_walker(Node *node, ComputeCtx *cx);
 
+static bool
+reads_system_column(Node *node, void *cx)
+{
+	if (node == NULL)
+		return false;
+	if (IsA(node, Var))
+		return ((Var *) node)->varattno < 0;
+	return expression_tree_walker(node, reads_system_column, cx);
+}
+
 static Query *
 simple_select(RangeTblEntry *rte, List *tlist, Node *quals)
 {
@@ -209,12 +219,16 @@ mapping_branch(LfMapping *m, LfMigration *mig, RangeTblEntry *orig, int rti,
 	from->security_barrier = false;
 	from->inFromCl = true;
 	(void) query_tree_walker(from->subquery, clear_perms_walker, NULL, QTW_EXAMINE_RTES_BEFORE);
-	/* lf_ctid: unused here, and a system column the input's union lacks */
+	/*
+	 * lf_ctid (ctid, or a GROUP BY's min(ctid)): unused here, and a system
+	 * column, which the union standing for an input still being filled
+	 * (chained migrations) does not have.
+	 */
 	foreach(lc, from->subquery->targetList)
 	{
 		TargetEntry *tle = lfirst(lc);
 
-		if (tle->resno > m->natts && IsA(tle->expr, Var) && ((Var *) tle->expr)->varattno < 0)
+		if (tle->resno > m->natts && reads_system_column((Node *) tle->expr, NULL))
 			tle->expr = (Expr *) makeNullConst(exprType((Node *) tle->expr), -1, InvalidOid);
 	}
 	for (attno = 1; attno <= m->natts; attno++)

@@ -971,9 +971,13 @@ pull_upstream(LfMigration *mig, LfMapping *m, int from, ItemPointer tids, int nt
 		if (!table_tuple_fetch_row_version(rel, &tids[j], snap, slot))
 			continue;
 		for (int k = 0; k < m->nkeys; k++)
-			values[k][n] = datumCopy(slot_getattr(slot, m->keys[from][k], &nulls[k][n]),
-									 TupleDescAttr(RelationGetDescr(rel), m->keys[from][k] - 1)->attbyval,
-									 TupleDescAttr(RelationGetDescr(rel), m->keys[from][k] - 1)->attlen);
+		{
+			Form_pg_attribute att = TupleDescAttr(RelationGetDescr(rel), m->keys[from][k] - 1);
+			Datum		d = slot_getattr(slot, m->keys[from][k], &nulls[k][n]);
+
+			/* a NULL key (a GROUP BY's NULL group) has no value to copy */
+			values[k][n] = nulls[k][n] ? (Datum) 0 : datumCopy(d, att->attbyval, att->attlen);
+		}
 		n++;
 	}
 	ExecDropSingleTupleTableSlot(slot);

@@ -64,6 +64,7 @@ typedef struct RelCtx
 static void collect_level(Query *level, RelCtx *cx);
 static List *plan_items(RelCtx *cx, PlannedStmt *stmt, ParamListInfo boundParams);
 static bool on_grouping_columns(Node *c, int rti, Query *level);
+static bool is_grouping_expr(TargetEntry *tle, Query *level);
 
 /* ---------------------------------------------------------------------
  * Small tree tools
@@ -1284,11 +1285,32 @@ on_grouping_columns(Node *c, int rti, Query *level)
 
 		if (v->varno != rti || v->varattno <= 0 ||
 			(tle = get_tle_by_resno(level->targetList, v->varattno)) == NULL ||
-			tle->ressortgroupref == 0 ||
-			get_sortgroupref_clause_noerr(tle->ressortgroupref, level->groupClause) == NULL)
+			!is_grouping_expr(tle, level))
 			return false;
 	}
 	return true;
+}
+
+/*
+ * Is the output column tle one of level's grouping expressions?  A
+ * mapping groups by its own lf_key entries (start.c), so the output column
+ * may be another entry with the same expression.
+ */
+static bool
+is_grouping_expr(TargetEntry *tle, Query *level)
+{
+	ListCell   *lc;
+
+	foreach(lc, level->targetList)
+	{
+		TargetEntry *g = lfirst(lc);
+
+		if (g->ressortgroupref != 0 &&
+			get_sortgroupref_clause_noerr(g->ressortgroupref, level->groupClause) != NULL &&
+			(g == tle || equal(g->expr, tle->expr)))
+			return true;
+	}
+	return false;
 }
 
 /*
