@@ -13,9 +13,11 @@ was found on:
 - test_group_chain_reads_compute: a plain read of that GROUP BY's table
   does not compute where reads must: on a hot standby it fails with 25006,
   in a READ ONLY transaction it migrates rows.  (A chained join computes.)
-- test_group_chain_pulls_its_group: a statement on one group moves every
-  row the earlier migration still holds, not that group's (a precision
-  limit, not a wrong answer: xfail until the pull is by key).
+- test_group_chain_pulls_its_group: a statement on one group moved every
+  row the earlier migration still held, not that group's (a precision
+  limit, not a wrong answer).
+
+All three fixed in 861cd8c.
 """
 
 import pytest
@@ -143,7 +145,6 @@ def test_group_chain_reads_compute(module_cluster_factory, module_standby_factor
         assert [_outcome(s, q) for q in GROUP_READS] == want
 
 
-@pytest.mark.xfail(strict=True, reason="a chained GROUP BY pulls the whole earlier migration")
 def test_group_chain_pulls_its_group(quiet):
     """A statement on one group (400 of 20000 input rows) moves that group's
     rows through the chain, not every row the earlier migration holds."""
