@@ -2769,16 +2769,19 @@ def _indexable(d):
     return not _is_array(d) and not (LONG_COLS and base_type(d) in ("text", "varchar"))
 
 
-def _chain_cols(rng, t, n, allow_change=True):
+def _chain_cols(rng, t, n, allow_change=True, natural=None):
     """Columns of a new table filled from t: [(name, declared type, expr)].
     The columns that identify a row come first as plain copies (id; a unit
-    table's key and id columns), then n drawn by gen_mapping_cols."""
+    table's key and id columns), then n drawn as gen_mapping_cols draws.
+    natural, a dict, gets each column's expression type (a CTAS's)."""
     keep = ["id"] if "id" in t.decl else []
     if isinstance(t, UnitTable):
         for c in (t.keys or []) + (t.unique or []) + [t.id_col]:
             if c and c not in keep:
                 keep.append(c)
     out = [(c, t.decl[c], c) for c in keep]
+    if natural is not None:
+        natural.update((c, t.decl[c]) for c in keep)
     src = _mappable(t)
     used = set(keep)
     for k in range(n if src else 0):
@@ -2794,6 +2797,8 @@ def _chain_cols(rng, t, n, allow_change=True):
         if allow_change and not LONG_COLS and rng.random() < 0.25 and rtype in TYPE_CHANGES:
             decl = rng.choice(TYPE_CHANGES[rtype])
         out.append((name, decl, fmt(expr, scol)))
+        if natural is not None:
+            natural[name] = rtype
     return out
 
 
@@ -3064,7 +3069,8 @@ def chain_step(rng, case, steps, tables, s):
         same = drop and rng.random() < 0.3
         new, made = [], []
         for p in range(nparts):
-            cols = _chain_cols(rng, t, rng.randint(1, 3))
+            natural = {}
+            cols = _chain_cols(rng, t, rng.randint(1, 3), natural=natural)
             where = _chain_filter(rng, t)
             if same and p == 0:
                 final = t.name
@@ -3076,6 +3082,8 @@ def chain_step(rng, case, steps, tables, s):
                 and rng.random() < 0.85
             ctas = rng.random() < 0.2
             if ctas:
+                # (a CTAS's columns take their expressions' types)
+                cols = [(c, natural[c], e) for c, _, e in cols]
                 stmts.append(_ctas(tmp, cols, t.name, where))
                 pk = False
             else:
@@ -3248,8 +3256,7 @@ def _narrow(st, t):
         # (INSERT ... SELECT: keys unknown before it runs, the whole input;
         # a conflict on a retyped key is not pushed down either)
         return " VALUES " in st.text and not (
-            isinstance(t, UnitTable) and (getattr(t, "nnd", False) or
-                                          any(k not in t.vals for k in t.unique or [])))
+            isinstance(t, UnitTable) and (getattr(t, "nnd", False) or not _many_units(t)))
     if re.search(r" JOIN |, side |\(SELECT ", st.text):
         return False
     m = re.search(r" WHERE (.*)$", st.text)
@@ -3262,11 +3269,18 @@ def _narrow(st, t):
     # mapping (a condition on an expression of the input is not pushed down),
     # and units enough (of two groups, one is half the input)
     for keys in (t.keys, t.unique or []):
-        if keys and all(re.search(ok % re.escape(k), m.group(1)) and k in t.vals
-                        for k in keys) and \
-                functools.reduce(lambda x, k: x * len(t.vals[k]), keys, 1) >= 6:
+        if keys and all(re.search(ok % re.escape(k), m.group(1)) for k in keys) and \
+                _many_units(t, keys):
             return True
     return False
+
+
+def _many_units(t, keys=None):
+    """Whether t's unit key (or keys) takes values enough that one unit is a
+    small part of the input, none of its columns retyped by the mapping."""
+    keys = keys if keys is not None else (t.unique or t.keys)
+    return all(k in t.vals for k in keys) and \
+        functools.reduce(lambda x, k: x * len(t.vals[k]), keys, 1) >= 6
 
 
 def gen_chain_workload(rng, case, tables, n, final):
