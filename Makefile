@@ -68,7 +68,7 @@ SOAK_SNAPSHOTS ?= 1000
 SOAK_REPEAT ?= 1
 soak: deps
 	LEAPFROG_SUITES=python \
-	LEAPFROG_PYTEST_ARGS="test/python/test_differential.py::test_differential_background test/python/test_differential.py::test_differential_snapshots test/python/test_differential.py::test_differential_chain test/python/test_differential.py::test_differential_chain_background" \
+	LEAPFROG_PYTEST_ARGS="test/python/test_differential.py::test_differential_background test/python/test_differential.py::test_differential_snapshots test/python/test_differential.py::test_differential_chain test/python/test_differential.py::test_differential_chain_background test/python/test_differential.py::test_differential_chain_snapshots" \
 	LEAPFROG_DIFF_BACKGROUND_COUNT=$(SOAK_BACKGROUND) LEAPFROG_DIFF_SNAPSHOT_COUNT=$(SOAK_SNAPSHOTS) \
 	LEAPFROG_DIFF_REPEAT=$(SOAK_REPEAT) ./scripts/test.sh
 

@@ -2721,8 +2721,11 @@ def test_expression_catalogue(diff_cluster):
 # nothing; with it, CHAIN_ROWS_LEFT records them).  Workloads before the
 # last step address rows by key (_narrow), and leave alone the targets of a
 # GROUP BY or join over a table still being filled, whose statements move
-# every row the earlier migration holds.  Counts: LEAPFROG_DIFF_CHAIN_COUNT,
-# LEAPFROG_DIFF_CHAIN_BACKGROUND_COUNT (default an eighth of
+# every row the earlier migration holds.  The snapshot variant adds a
+# second session whose REPEATABLE READ or SERIALIZABLE snapshot, taken before
+# a later start(), reads that step's tables (a lazy-only 40001 permitted).
+# Counts: LEAPFROG_DIFF_CHAIN_COUNT, LEAPFROG_DIFF_CHAIN_BACKGROUND_COUNT,
+# LEAPFROG_DIFF_CHAIN_SNAPSHOT_COUNT (default an eighth of
 # LEAPFROG_DIFF_BACKGROUND_COUNT when that is set, as make soak does),
 # LEAPFROG_DIFF_CHAIN_REFUSAL_COUNT.
 
@@ -3363,8 +3366,43 @@ def _chain_seeds(env, offset, default):
     return [offset + base + k for k in range(count)]
 
 
-def gen_chain_case(seed):
-    """A chain of 2 or 3 migrations: gen_case(seed) first, then chain_step."""
+def _snapshot_episode(rng, case, tables, before, wl, last):
+    """Session 1 takes a REPEATABLE READ or SERIALIZABLE snapshot at the end
+    of the previous step's workload (before: before the script starts), then
+    reads the step's tables, at a point outside session 0's transactions,
+    and ends its transaction at once (reads that migrate lock the rows they
+    move until then: session 0 must not need them meanwhile, as the existing
+    snapshot workloads do; nor may the next script need its locks)."""
+    before += [Stmt("BEGIN ISOLATION LEVEL " + rng.choice(["REPEATABLE READ", "SERIALIZABLE"]),
+                    session=1),
+               Stmt("SELECT count(*) FROM side", session=1)]
+    # positions outside session 0's transactions
+    spots, depth = [0], 0
+    for i, st in enumerate(wl):
+        depth = 1 if st.text.startswith("BEGIN") else (
+            0 if st.text in ("COMMIT", "ROLLBACK") else depth)
+        if not depth:
+            spots.append(i + 1)
+    reads = []
+    for _ in range(rng.randint(2, 5)):
+        t = rng.choice(tables)
+        for _ in range(20):
+            st = gen_chain_workload(rng, case, [t], 1, last)
+            st = [x for x in st if x.text.startswith(("SELECT", "WITH"))
+                  and " FOR UPDATE" not in x.text and "DELETE" not in x.text
+                  and "INSERT" not in x.text and not re.match(r"SELECT lf_", x.text)]
+            if st:
+                st[0].session = 1
+                reads.append(st[0])
+                break
+    at = rng.choice(spots)
+    wl[at:at] = reads + [Stmt(rng.choice(["COMMIT", "COMMIT", "ROLLBACK"]), session=1)]
+
+
+def gen_chain_case(seed, snapshots=False):
+    """A chain of 2 or 3 migrations: gen_case(seed) first, then chain_step;
+    with snapshots, session 1 reads each later step's tables in a snapshot
+    taken before its start (_snapshot_episode)."""
     case = gen_case(seed)
     rng = random.Random("chain-%d" % seed)
     # The first workload: a prefix of gen_case's (less its reads of whole
@@ -3395,10 +3433,15 @@ def gen_chain_case(seed):
         wl = gen_chain_workload(rng, case, [t for t in tables
                                             if last or t.name not in case.quiet],
                                 rng.randint(12, 30) if last else rng.randint(6, 16), last)
+        if snapshots and tables:
+            _snapshot_episode(random.Random("chain-snapshots-%d-%d" % (seed, s)), case,
+                              [t for t in tables if last or t.name not in case.quiet] or tables,
+                              steps[-1].workload, wl, last)
         steps.append(ChainStep("\n".join(stmts), wl, ops))
         steps[-1].after = copy.deepcopy(tables)
     case.steps = steps
     case.kind = "chain"
+    case.snapshots = snapshots
     return case
 
 
@@ -3409,7 +3452,8 @@ def describe_chain(case, upto=None):
            "%s::test_differential_chain%s)" % (
                case.seed, len(case.steps), "; ".join(", ".join(st.ops) for st in case.steps),
                read_mode(case.seed), case.seed, __file__,
-               "_background" if getattr(case, "background", False) else ""),
+               "_background" if getattr(case, "background", False) else
+               "_snapshots" if case.snapshots else ""),
            "source %s(id int%s, %s), %d rows" % (
                case.src, " PRIMARY KEY" if case.src_pk else "",
                ", ".join("%s %s" % c for c in case.src_cols), len(case.rows))]
@@ -3545,6 +3589,15 @@ def test_differential_chain(diff_cluster, seed):
         except AssertionError as e2:
             reduced = str(e2)
         raise AssertionError("%s\n\n=== minimized (%s) ===\n%s" % (e, sig, reduced)) from None
+
+
+@pytest.mark.parametrize("seed", _repeated(_chain_seeds("CHAIN_SNAPSHOT_COUNT", 60_000, 10)))
+def test_differential_chain_snapshots(diff_cluster, seed):
+    """Two sessions: snapshots (REPEATABLE READ, SERIALIZABLE) taken before a
+    later script's start() read its tables after it; eagerly they see them
+    as of the snapshot, lazily the same or 40001."""
+    needs_real_extension()
+    run_case(diff_cluster, gen_chain_case(seed, snapshots=True))
 
 
 @pytest.fixture(scope="module")
