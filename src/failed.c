@@ -127,11 +127,19 @@ run_as_owner(Oid owner, const char *sql, int nargs, Oid *types, Datum *values, i
 	return SPI_processed;
 }
 
-static char *
-tid_text(ItemPointer tid)
+static void not_waiting(ItemPointer tid, const char *input, const char *name) pg_attribute_noreturn();
+
+/* The error of a row that is no longer in its retired table */
+static void
+not_waiting(ItemPointer tid, const char *input, const char *name)
 {
-	return psprintf("(%u,%u)", ItemPointerGetBlockNumberNoCheck(tid),
-					ItemPointerGetOffsetNumberNoCheck(tid));
+	ereport(ERROR,
+			(errcode(ERRCODE_NO_DATA_FOUND),
+			 errmsg("row (%u,%u) of \"%s\" is not waiting for migration \"%s\"",
+					ItemPointerGetBlockNumberNoCheck(tid),
+					ItemPointerGetOffsetNumberNoCheck(tid), input, name),
+			 errdetail("It was migrated, corrected or quarantined meanwhile."),
+			 errhint("See leapfrog.failed_rows for the rows left and their ctids.")));
 }
 
 /*
@@ -317,12 +325,7 @@ leapfrog_correct_row(PG_FUNCTION_ARGS)
 							  "WHERE t.ctid OPERATOR(pg_catalog.=) $2 RETURNING t.ctid",
 							  qname, cols.data, cols.data),
 					 2, types, values, SPI_OK_UPDATE_RETURNING) == 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_NO_DATA_FOUND),
-				 errmsg("row %s of \"%s\" is not waiting for migration \"%s\"",
-						tid_text(tid), input, name),
-				 errdetail("It was migrated, corrected or quarantined meanwhile."),
-				 errhint("See leapfrog.failed_rows for the rows left and their ctids.")));
+		not_waiting(tid, input, name);
 	{
 		bool		isnull;
 
@@ -343,9 +346,10 @@ leapfrog_correct_row(PG_FUNCTION_ARGS)
  * Move one row of input (a retired table of mig) into the input's
  * quarantine table, created on first use and owned by the migration's
  * owner; returns the quarantine table, or InvalidOid if the row is gone.
+ * The worker calls it too, for on_error => 'quarantine'.
  */
-static Oid
-quarantine(LfMigration *mig, Oid input, ItemPointer tid, const char *sqlstate,
+Oid
+lf_quarantine(LfMigration *mig, Oid input, ItemPointer tid, const char *sqlstate,
 		   const char *error)
 {
 	char	   *retired = get_rel_name(input);
@@ -407,14 +411,6 @@ quarantine(LfMigration *mig, Oid input, ItemPointer tid, const char *sqlstate,
 	return moved > 0 ? qrel : InvalidOid;
 }
 
-/* The worker's quarantine of a row it could not migrate (on_error => 'quarantine') */
-void
-lf_quarantine(LfMigration *mig, Oid input, ItemPointer tid, const char *sqlstate,
-			  const char *error)
-{
-	(void) quarantine(mig, input, tid, sqlstate, error);
-}
-
 /* leapfrog.quarantine_row(migration, input, row_tid) */
 Datum
 leapfrog_quarantine_row(PG_FUNCTION_ARGS)
@@ -429,14 +425,9 @@ leapfrog_quarantine_row(PG_FUNCTION_ARGS)
 	Oid			qrel;
 
 	(void) lf_catalog_forget_failed_row(mig->id, relid, tid, &sqlstate, &error);
-	qrel = quarantine(mig, relid, tid, sqlstate, error);
+	qrel = lf_quarantine(mig, relid, tid, sqlstate, error);
 	if (!OidIsValid(qrel))
-		ereport(ERROR,
-				(errcode(ERRCODE_NO_DATA_FOUND),
-				 errmsg("row %s of \"%s\" is not waiting for migration \"%s\"",
-						tid_text(tid), input, name),
-				 errdetail("It was migrated, corrected or quarantined meanwhile."),
-				 errhint("See leapfrog.failed_rows for the rows left and their ctids.")));
+		not_waiting(tid, input, name);
 	PG_RETURN_OID(qrel);
 }
 

@@ -242,7 +242,7 @@ extern Oid	lf_catalog_input_named(int migration_id, const char *orig_name);
 extern bool lf_catalog_resume(int migration_id);
 
 /* failed.c */
-extern void lf_quarantine(LfMigration *mig, Oid input, ItemPointer tid,
+extern Oid	lf_quarantine(LfMigration *mig, Oid input, ItemPointer tid,
 						  const char *sqlstate, const char *error);
 
 /* units.c */

@@ -796,7 +796,7 @@ record_bad_row(int migration_id, Oid input, ItemPointer tid, ErrorData *e)
 	{
 		PG_TRY();
 		{
-			lf_quarantine(mig, input, tid, sqlstate, e->message);
+			(void) lf_quarantine(mig, input, tid, sqlstate, e->message);
 			PopActiveSnapshot();
 			CommitTransactionCommand();
 			quarantined = true;
