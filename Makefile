@@ -7,7 +7,7 @@
 EXTENSION   = leapfrog
 MODULE_big  = leapfrog
 OBJS        = src/alter.o src/api.o src/replace.o src/catalog.o src/complete.o src/compute.o src/estimate.o src/failed.o src/guc.o src/init.o \
-              src/migrate.o src/progress.o src/relevance.o src/scan.o src/snapshot.o \
+              src/migrate.o src/pacing.o src/progress.o src/relevance.o src/scan.o src/snapshot.o \
               src/start.o src/units.o src/utility.o src/worker.o
 DATA        = sql/leapfrog--0.1.sql
 PG_CPPFLAGS = -I$(srcdir)/src

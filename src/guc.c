@@ -17,7 +17,8 @@ bool		lf_background = true;
 int			lf_background_delay = 1000;
 int			lf_batch_size = 5000;
 int			lf_background_naptime = 0;
-double		lf_background_yield = 0.0;
+double		lf_background_headroom = 0.25;
+double		lf_background_min_share = 0.1;
 int			lf_background_workers = 2;
 int			lf_lock_timeout = 50;
 int			lf_lock_retries = 40;
@@ -61,11 +62,16 @@ lf_define_gucs(void)
 							"Pause between two background batches.",
 							NULL, &lf_background_naptime, 0, 0, 3600000,
 							PGC_SIGHUP, GUC_UNIT_MS, NULL, NULL, NULL);
-	DefineCustomRealVariable("leapfrog.background_yield",
-							 "Pause after a background batch that got less than half a core, as a multiple of its time beyond twice its CPU time.",
-							 "Workers back off when sessions want the cores, and run flat out when the "
-							 "server is idle or lightly loaded.  0 disables.",
-							 &lf_background_yield, 0.0, 0.0, 100.0,
+	DefineCustomRealVariable("leapfrog.background_headroom",
+							 "CPU the background workers leave idle, as a fraction of what the rest of the server uses.",
+							 "The workers take the cores the sessions leave, less this headroom, so "
+							 "requests do not queue behind the migration.",
+							 &lf_background_headroom, 0.25, 0.0, 10.0,
+							 PGC_SIGHUP, 0, NULL, NULL, NULL);
+	DefineCustomRealVariable("leapfrog.background_min_share",
+							 "Fraction of a core each background worker takes at least, whatever the load.",
+							 "The floor on the migration's progress at saturation.  1 turns pacing off.",
+							 &lf_background_min_share, 0.1, 0.01, 1.0,
 							 PGC_SIGHUP, 0, NULL, NULL, NULL);
 	DefineCustomIntVariable("leapfrog.background_workers",
 							"Background workers per database with a running migration.",

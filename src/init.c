@@ -24,6 +24,7 @@ lf_shmem_request_hook(void)
 	if (prev_shmem_request_hook)
 		prev_shmem_request_hook();
 	lf_shmem_request();
+	lf_pacing_shmem_request();
 }
 
 static void
@@ -32,6 +33,7 @@ lf_shmem_startup_hook(void)
 	if (prev_shmem_startup_hook)
 		prev_shmem_startup_hook();
 	lf_shmem_startup();
+	lf_pacing_shmem_startup();
 }
 
 void

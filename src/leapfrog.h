@@ -82,7 +82,8 @@ extern bool lf_background;
 extern int	lf_background_delay;
 extern int	lf_batch_size;
 extern int	lf_background_naptime;
-extern double lf_background_yield;
+extern double lf_background_headroom;
+extern double lf_background_min_share;
 extern int	lf_background_workers;
 extern int	lf_lock_timeout;
 extern int	lf_lock_retries;
@@ -379,6 +380,14 @@ extern void lf_complete_now(LfMigration *mig);
 extern void lf_analyze_targets(Oid owner, List *targets);
 extern void lf_drop_retired(List *relids);
 extern void lf_retired_join_extension(Oid relid, bool join);
+
+/* pacing.c */
+extern void lf_pacing_shmem_request(void);
+extern void lf_pacing_shmem_startup(void);
+extern void lf_pacing_register(void);
+extern uint64 lf_pacing_cpu_now(void);
+extern long lf_pacing_pause_ms(TimestampTz started, uint64 cpu_us, double *share);
+extern int	lf_pacing_batch_rows(void);
 
 /* worker.c */
 extern void lf_shmem_request(void);

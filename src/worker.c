@@ -23,16 +23,9 @@
  * the CPU, and every statement pays the cost of the migration (relevance
  * queries, migrating the rows it needs) for as long as it lasts.
  *
- * Pacing (off by default): a worker whose batches got less than half a
- * core (wall-clock time over twice their CPU time, by getrusage) then sleeps
- * leapfrog.background_yield times the excess, at most 10 s.  On an idle or
- * lightly loaded server a batch gets most of a core and the workers run
- * flat out; when sessions want the cores, the OS shares them and the
- * workers back off.  Why: below saturation the workers' fair share of the
- * CPU can push the capacity left for sessions below their arrival rate, so
- * a queue grows for as long as the migration runs.  Why off: at saturation
- * the slower migration cost more committed transactions than it saved.
- * Measurements (TPC-C, 2 cores) in bench/README.md.
+ * Pacing (pacing.c): after its batches a worker pauses so that it takes
+ * only the CPU the rest of the server leaves spare, less a headroom, and
+ * never less than a floor; on an idle server that is no pause at all.
  *
  * Shared state (LfShared) is protected by its LWLock: slots[] says, per
  * database and worker number, whether a worker is wanted and which pid
@@ -73,7 +66,6 @@
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
-#include "utils/pg_rusage.h"
 #include "utils/snapmgr.h"
 #include "utils/syscache.h"
 #include "utils/timestamp.h"
@@ -609,7 +601,8 @@ next_batch(LfMigration *mig, InputCursor *c, LfClaim *claim, bool *pass_done)
 	BlockNumber nblocks;
 	BlockNumber lo,
 				hi;
-	int			n;
+	int			n,
+				target;
 
 	*pass_done = false;
 	if (!lf_lock_input_if_exists(c->input, AccessShareLock))
@@ -626,10 +619,11 @@ next_batch(LfMigration *mig, InputCursor *c, LfClaim *claim, bool *pass_done)
 		return 0;
 	}
 	n = (int) lf_migrate_range(mig, c->input, lo, hi, claim);
-	/* aim at lf_batch_size rows per batch */
-	if (n < lf_batch_size / 2 && c->step < 1024 * 1024)
+	/* aim at leapfrog.batch_size rows per batch, fewer when paced */
+	target = lf_pacing_batch_rows();
+	if (n < target / 2 && c->step < 1024 * 1024)
 		c->step *= 2;
-	else if (n > lf_batch_size * 2 && c->step > 1)
+	else if (n > target * 2 && c->step > 1)
 		c->step /= 2;
 	return n;
 }
@@ -970,35 +964,6 @@ runnable_migrations(MemoryContext cxt, long *sleep_ms, bool *any_running,
 	return ids;
 }
 
-/*
- * The pause after batches that started at ru0 (see the top of the file):
- * leapfrog.background_yield times the wall-clock time they took beyond
- * twice their CPU time (waiting for a core, a lock or I/O), at most 10 s.
- */
-static double
-elapsed_ms(const struct timeval *from, const struct timeval *to)
-{
-	return (to->tv_sec - from->tv_sec) * 1000.0 + (to->tv_usec - from->tv_usec) / 1000.0;
-}
-
-static long
-yield_ms(PGRUsage *ru0)
-{
-	PGRUsage	ru1;
-	double		wall,
-				cpu;
-
-	if (lf_background_yield <= 0)
-		return 0;
-	pg_rusage_init(&ru1);
-	wall = elapsed_ms(&ru0->tv, &ru1.tv);
-	cpu = elapsed_ms(&ru0->ru.ru_utime, &ru1.ru.ru_utime) +
-		elapsed_ms(&ru0->ru.ru_stime, &ru1.ru.ru_stime);
-	if (wall <= 2 * cpu)
-		return 0;
-	return (long) Min((wall - 2 * cpu) * lf_background_yield, 10000.0);
-}
-
 void
 lf_worker_main(Datum arg)
 {
@@ -1026,19 +991,22 @@ lf_worker_main(Datum arg)
 		s->pid[my_worker_number] = MyProcPid;
 	LWLockRelease(lf_shared->lock);
 	before_shmem_exit(worker_exit, (Datum) 0);
+	lf_pacing_register();
 	pgstat_report_appname("leapfrog worker");
 	loop_cxt = AllocSetContextCreate(TopMemoryContext, "leapfrog worker loop",
 									 ALLOCSET_DEFAULT_SIZES);
 
 	for (;;)
 	{
+		/* pacing counts the whole round, catalog reads included */
+		TimestampTz round_started = GetCurrentTimestamp();
+		uint64		round_cpu = lf_pacing_cpu_now();
 		long		sleep_ms;
 		bool		any_running;
 		List	   *ids;
 		List	   *leftovers;
 		ListCell   *lc;
 		bool		worked = false;
-		PGRUsage	ru0;
 
 		CHECK_FOR_INTERRUPTS();
 		if (ConfigReloadPending)
@@ -1078,16 +1046,21 @@ lf_worker_main(Datum arg)
 				proc_exit(0);
 			continue;
 		}
-		pg_rusage_init(&ru0);
 		foreach(lc, ids)
 			worked |= worker_batch(lfirst_int(lc));
 		pgstat_report_stat(false);
 		if (worked)
 		{
-			long		yield = yield_ms(&ru0);
+			double		share;
+			long		pause = lf_pacing_pause_ms(round_started, lf_pacing_cpu_now() - round_cpu,
+												   &share);
 
-			pgstat_report_activity(STATE_IDLE, yield > 0 ? "leapfrog: yielding the CPU" : NULL);
-			sleep_ms = lf_background_naptime + yield;
+			if (pause > 0)
+				pgstat_report_activity(STATE_IDLE,
+										psprintf("leapfrog: pacing, %.2f of a core", share));
+			else
+				pgstat_report_activity(STATE_IDLE, NULL);
+			sleep_ms = lf_background_naptime + pause;
 		}
 		else
 			pgstat_report_activity(STATE_IDLE, NULL);

@@ -1,51 +1,82 @@
-"""Background pacing: leapfrog.background_yield.
+"""Background pacing (src/pacing.c).
 
-A worker whose batches took over twice their CPU time pauses for
-background_yield times the excess.  The test makes that time certain: it
-holds a lock on the retired table, so the worker's first batch waits for
-it, and then watches the worker.  At 8 the worker must be seen pausing
-("leapfrog: yielding the CPU") after the wait; at 0, the default, it must
-never be; both migrations end with every row migrated exactly once.
+The workers take the CPU the rest of the server leaves spare, less
+leapfrog.background_headroom, at least leapfrog.background_min_share of a
+core each; where even that floor leaves no CPU idle the server is saturated,
+and they run flat out, pausing every 2 s to look again.
+
+The test makes the load certain with CPU burners (busy loops) running for the
+whole migration, and watches the one worker's activity in pg_stat_activity:
+- one burner fewer than the machine has cores: the rest of the server uses
+  all but one core, and the worker keeps to a share under one core
+  ("leapfrog: pacing, 0.62 of a core" on 2 cores), never looking;
+- one burner more than the machine has cores: nothing is ever idle; the
+  worker keeps to the floor ("0.10 of a core") until it has seen that for
+  2 s, then looks ("leapfrog: pausing to measure the load"), finds the
+  server saturated and runs flat out but for its looks;
+- idle: it never paces nor pauses;
+- background_min_share = 1 (pacing off) with all cores burning: the same.
+Every migration ends with each row migrated exactly once.
 """
 
+import os
+import re
+import subprocess
+import sys
 import time
 
 from support import needs_real_extension, retired_tables_after_completion, wait_until
 
-ROWS = 20_000
-HOLD_S = 0.6     # how long the worker waits for the lock: its batch's time off the CPU
+ROWS = 200_000
+NCPU = os.cpu_count() or 2
 
 SCRIPT = ("CREATE TABLE {new} (id int PRIMARY KEY, v int NOT NULL); "
           "INSERT INTO {new} SELECT id, v FROM {old}; DROP TABLE {old};")
 
-WAITING = ("SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'leapfrog worker' "
-           "AND datname = 'app' AND wait_event_type = 'Lock'")
-YIELDING = ("SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'leapfrog worker' "
-            "AND datname = 'app' AND query = 'leapfrog: yielding the CPU'")
+WORKERS = ("SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'leapfrog worker' "
+           "AND datname = 'app'")
+ACTIVITY = ("SELECT query FROM pg_stat_activity WHERE backend_type = 'leapfrog worker' "
+            "AND datname = 'app' AND (query LIKE 'leapfrog: pacing%' "
+            "OR query = 'leapfrog: pausing to measure the load')")
+LOOKING = "leapfrog: pausing to measure the load"
+PACING = re.compile(r"leapfrog: pacing, (\d\.\d\d) of a core")
 
 
-def _run_with_lock_held(c, conn, old, new):
-    """Start old -> new, hold ACCESS EXCLUSIVE on the retired table while the
-    worker begins, then watch: return how many polls saw a worker yielding."""
+class Burners:
+    """n busy loops."""
+
+    def __init__(self, n):
+        self.n = n
+
+    def __enter__(self):
+        self.procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+                      for _ in range(self.n)]
+        return self
+
+    def __exit__(self, *exc):
+        for p in self.procs:
+            p.kill()
+        for p in self.procs:
+            p.wait()
+
+
+def _migrate_and_watch(c, conn, old, new):
+    """Start old -> new once the last worker is gone (its measurements
+    remember the last load), and watch the worker until the migration is
+    done: return the activities seen.  Checks that every row arrived once."""
+    wait_until(lambda: conn.execute(WORKERS).fetchone()[0] == 0, 30, what="the worker to exit")
     conn.execute("CREATE TABLE %s (id int PRIMARY KEY, v int NOT NULL)" % old)
     conn.execute("INSERT INTO %s SELECT g, g FROM generate_series(1, %%s) g" % old, [ROWS])
     conn.execute("SELECT leapfrog.start(%s, %s)", [new, SCRIPT.format(new=new, old=old)])
-    retired = conn.execute(
-        "SELECT i.relid::regclass::text FROM leapfrog.input i JOIN leapfrog.migration m "
-        "ON m.id = i.migration_id WHERE m.name = %s", [new]).fetchone()[0]
-    seen = 0
-    with c.connect("app", autocommit=False) as locker:
-        # background_delay (1 s) has not passed: the worker has not begun
-        locker.execute("LOCK TABLE %s IN ACCESS EXCLUSIVE MODE" % retired)
-        wait_until(lambda: conn.execute(WAITING).fetchone()[0] > 0, 30,
-                   what="the worker waiting for the lock")
-        time.sleep(HOLD_S)
-        locker.commit()
-    deadline = time.monotonic() + 2 + HOLD_S
+    seen = []
+    deadline = time.monotonic() + 180
     while time.monotonic() < deadline:
-        seen += conn.execute(YIELDING).fetchone()[0]
-        time.sleep(0.01)
-    assert conn.execute("SELECT leapfrog.wait(%s, 60)", [new]).fetchone()[0]
+        seen += [r[0] for r in conn.execute(ACTIVITY).fetchall()]
+        state = conn.execute("SELECT state FROM leapfrog.migrations WHERE name = %s",
+                             [new]).fetchone()[0]
+        if state == "done":
+            break
+        time.sleep(0.02)
     state, total, migrated = conn.execute(
         "SELECT state, tuples_total, tuples_migrated FROM leapfrog.migrations WHERE name = %s",
         [new]).fetchone()
@@ -57,21 +88,46 @@ def _run_with_lock_held(c, conn, old, new):
     return seen
 
 
-def test_worker_yields_after_waiting(make_cluster):
+def test_pacing_follows_the_load(make_cluster):
     needs_real_extension()
-    c = make_cluster(**{"leapfrog.background": "on", "leapfrog.background_delay": 1000,
-                        "leapfrog.background_workers": 1, "leapfrog.batch_size": 500,
-                        "leapfrog.background_naptime": 0, "leapfrog.background_yield": 8})
+    c = make_cluster(**{"leapfrog.background": "on", "leapfrog.background_delay": 500,
+                        "leapfrog.background_workers": 1, "leapfrog.batch_size": 1000,
+                        "leapfrog.background_naptime": 0})
     c.create_database("app")
     with c.connect("app") as conn:
-        assert conn.execute("SHOW leapfrog.background_yield").fetchone()[0] == "8"
-        seen = _run_with_lock_held(c, conn, "a", "a_v2")
-        assert seen > 0, "the worker waited %.1f s for a lock and never yielded" % HOLD_S
+        assert conn.execute("SHOW leapfrog.background_min_share").fetchone()[0] == "0.1"
+        assert conn.execute("SHOW leapfrog.background_headroom").fetchone()[0] == "0.25"
 
-        c.set_gucs(**{"leapfrog.background_yield": 0})
+        # all cores but one busy: paced below a core, never saturated
+        with Burners(NCPU - 1):
+            seen = _migrate_and_watch(c, conn, "a", "a_v2")
+        shares = [float(m.group(1)) for m in map(PACING.fullmatch, seen) if m]
+        assert shares, "%d of %d cores were busy, yet the worker never paced: %s" % (
+            NCPU - 1, NCPU, sorted(set(seen)))
+        assert all(0.1 <= s < 1 for s in shares), sorted(set(shares))
+        assert LOOKING not in seen, "a core was idle, yet the worker suspected saturation"
+
+        # more burners than cores: at the floor with nothing idle for 2 s,
+        # a look, and from then on flat out but for the looks
+        with Burners(NCPU + 1):
+            seen = _migrate_and_watch(c, conn, "b", "b_v2")
+        assert LOOKING in seen, "every core was busy, yet the worker never looked"
+        before = seen[:seen.index(LOOKING)]
+        after = seen[seen.index(LOOKING):]
+        assert set(before) <= {"leapfrog: pacing, 0.10 of a core"}, sorted(set(before))
+        assert set(after) == {LOOKING}, (
+            "a saturated worker runs flat out between its looks: %s" % sorted(set(after)))
+
+        # idle: neither
+        seen = _migrate_and_watch(c, conn, "d", "d_v2")
+        assert seen == [], "the machine was idle, yet the worker paced: %s" % sorted(set(seen))
+
+        # pacing off: neither, whatever the load
+        c.set_gucs(**{"leapfrog.background_min_share": 1})
         c.reload()
-        time.sleep(0.5)
-        assert conn.execute("SHOW leapfrog.background_yield").fetchone()[0] == "0"
-        seen = _run_with_lock_held(c, conn, "b", "b_v2")
-        assert seen == 0, "leapfrog.background_yield = 0, yet a worker yielded"
+        wait_until(lambda: conn.execute("SHOW leapfrog.background_min_share").fetchone()[0] == "1",
+                   10, what="the reload")
+        with Burners(NCPU + 1):
+            seen = _migrate_and_watch(c, conn, "e", "e_v2")
+        assert seen == [], "min_share = 1 turns pacing off, yet: %s" % sorted(set(seen))
     assert retired_tables_after_completion(c, "app") == []

@@ -40,8 +40,9 @@ SELECT name, setting, unit, context
   FROM pg_settings
  WHERE name IN ('leapfrog.background', 'leapfrog.background_delay',
                 'leapfrog.batch_size', 'leapfrog.background_naptime',
-                'leapfrog.background_workers', 'leapfrog.background_yield',
-                'leapfrog.lock_timeout', 'leapfrog.lock_retries')
+                'leapfrog.background_workers', 'leapfrog.background_headroom',
+                'leapfrog.background_min_share', 'leapfrog.lock_timeout',
+                'leapfrog.lock_retries')
  ORDER BY name;
 
 --
