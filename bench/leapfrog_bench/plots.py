@@ -19,6 +19,7 @@ STYLE = {
     "lazy": dict(color="#2ca02c", ls="-", label="lazy (Leapfrog)"),
     "lazy_nobg": dict(color="#2ca02c", ls=":", label="lazy, no background"),
     "lazy_migrate": dict(color="#17becf", ls="--", label="lazy, reads migrate"),
+    "lazy_unpaced": dict(color="#9467bd", ls="--", label="lazy, workers not paced"),
 }
 LOAD_TITLE = {"saturated": "unthrottled clients (saturation)",
               "rate": "fixed request rate (headroom)"}

@@ -5,7 +5,8 @@ from .strategies import LAZY, STRATEGIES as ORDER
 COLS = [("switch_s", "switch s"), ("complete_s", "complete s"),
         ("longest_stall_s", "longest stall s"), ("committed", "committed"),
         ("tps_window", "tps"), ("tps_window_vs_before", "tps / own tps before"), ("p50_ms", "p50 ms"), ("p99_ms", "p99 ms"),
-        ("p99_ratio_vs_baseline", "p99 / baseline p99"), ("failed", "failed"),
+        ("p99_ratio_vs_baseline", "p99 / baseline p99"),
+        ("min_tps_5s_vs_rate", "lowest 5 s tps / rate"), ("failed", "failed"),
         ("schema_retries", "schema retries"), ("lock_waits", "lock waits"),
         ("deadlocks", "deadlocks")]
 RATIOS = [("committed", "committed"),
@@ -15,7 +16,7 @@ RATIOS = [("committed", "committed"),
 # Figures shown per round for strategies run several times.
 ROUND_FIGURES = [("committed", "Committed"),
                  ("tps_window_vs_before", "Throughput kept (tps / own tps before)"),
-                 ("p99_ms", "p99 ms")]
+                 ("p99_ms", "p99 ms"), ("min_tps_5s", "Lowest 5 s tps")]
 
 
 def _fmt(v):
@@ -101,7 +102,7 @@ def write_markdown(runner, path, figs):
                     for s in reps:
                         L.append(f"| {s} | " + " | ".join(_fmt(r.get(key))
                                                           for r in strats[s]["runs"]) + " |")
-                    for lz, other in _pairs(reps, ("eager", "multistep")):
+                    for lz, other in _pairs(reps, ("eager", "multistep", "baseline")):
                         per = [_ratio(a.get(key), b.get(key)) for a, b in
                                zip(strats[lz]["runs"], strats[other]["runs"])]
                         L.append(f"| {lz}/{other} | " + " | ".join(_fmt(x) for x in per) + " |")
@@ -127,6 +128,9 @@ def write_markdown(runner, path, figs):
              "- committed: transactions committed in the window; p99 over the window's "
              "transactions (at a fixed rate pgbench counts latency from the scheduled start, "
              "so queueing shows).\n"
+             "- lowest 5 s tps / rate (fixed-rate load): the lowest throughput over the window's "
+             "whole 5-second slices, over the arrival rate; 1 (or a hair under) means the "
+             "sessions kept up with the arrivals all through the migration.\n"
              "- tps / own tps before: the window's throughput over the same run's throughput "
              "before the migration (from second 2 to the migration point). The machine is shared "
              "and its speed drifts between runs by up to a few tens of percent; this ratio, and "
@@ -139,6 +143,8 @@ def write_markdown(runner, path, figs):
              "deadlocks: those detected in the run's database (pg_stat_database), retried "
              "ones included.\n"
              "- lazy_migrate: lazy with the clients' leapfrog.read_mode = migrate (plain reads "
-             "migrate the rows they need instead of computing them, the default).\n")
+             "migrate the rows they need instead of computing them, the default).\n"
+             "- lazy_unpaced: lazy with leapfrog.background_min_share = 1 (the workers run flat "
+             "out whatever the load, as before pacing).\n")
     with open(path, "w") as f:
         f.write("\n".join(L))

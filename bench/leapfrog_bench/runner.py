@@ -18,14 +18,15 @@ from leapfrog_cluster import Cluster
 
 from .settings import default_settings
 from .migrations import MIGRATIONS
-from .strategies import DRIVERS, LAZY, LAZY_VARIANTS, client_settings, probe_lazy_support
+from .strategies import (DRIVERS, LAZY, LAZY_VARIANTS, client_settings, probe_lazy_support,
+                         server_settings)
 from .workload import PgbenchRun
 
 TEMPLATE = "tpcc_tmpl"
 # Figures that are medians when a strategy runs several times (repeat).
 REPEATED_FIGURES = ("committed", "tps_window", "tps_window_vs_before", "switch_s", "complete_s",
                     "longest_stall_s", "p50_ms", "p99_ms", "failed", "retries", "lock_waits",
-                    "deadlocks")
+                    "deadlocks", "min_tps_5s", "min_tps_5s_vs_rate")
 RUNDB = "tpcc_run"
 
 
@@ -141,11 +142,17 @@ class Runner:
                 # Strategies repeated for this (load, migration) run in
                 # interleaved rounds, so drift of the machine's speed hits
                 # them alike; each reports the median of its runs.
+                # The baseline runs again in every round after the first, so
+                # that each round's ratios to it compare runs minutes apart.
                 nrep, rep_strats = p.get("repeat", {}).get((load, m), (1, []))
                 runs = {s: [] for s in todo}
+                base_runs = [base]
                 for rnd in range(max(1, nrep)):
                     if rnd > 0:
                         self.log(f"  round {rnd + 1} of {nrep}: {', '.join(rep_strats)}")
+                        if "baseline" in p["strategies"]:
+                            base_runs.append(self.run_one(load, rate if load == "rate" else None,
+                                                          None, "baseline", record=False, rnd=rnd))
                     for s in todo:
                         if rnd > 0 and s not in rep_strats:
                             continue
@@ -159,10 +166,13 @@ class Runner:
                                 "probably busy with something else; rerun before trusting this row")
                             self.log("    warning: " + r["notes"][-1])
                         runs[s].append(r)
+                if len(base_runs) > 1:
+                    self.results[load][m]["baseline"] = self._median_figures(dict(base), base_runs)
+                base_m = self.results[load][m]["baseline"]
                 for s in todo:
                     r = self._median_of(runs[s])
-                    if r.get("p99_ms") and base.get("p99_ms"):
-                        r["p99_ratio_vs_baseline"] = round(r["p99_ms"] / base["p99_ms"], 2)
+                    if r.get("p99_ms") and base_m.get("p99_ms"):
+                        r["p99_ratio_vs_baseline"] = round(r["p99_ms"] / base_m["p99_ms"], 2)
                     self.results[load][m][s] = r
 
     def _median_of(self, runs):
@@ -177,6 +187,11 @@ class Runner:
             self._record(*rec)
         if len(runs) == 1 or not ok:
             return rep
+        return self._median_figures(rep, runs)
+
+    def _median_figures(self, rep, runs):
+        """rep with the medians of the runs' figures, and `runs`."""
+        ok = [r for r in runs if r.get("status") == "ok" and r.get("committed") is not None]
         for k in REPEATED_FIGURES:
             vals = [r.get(k) for r in ok]
             if any(v is None for v in vals):
@@ -216,15 +231,18 @@ class Runner:
         with psycopg.connect(self.cluster.conninfo(), autocommit=True) as c:
             c.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
-    def _set_background(self, on):
+    def _set_server(self, strat=None):
+        """The server settings of a lazy strategy (none: the defaults)."""
         if not self.cluster.leapfrog:
             return
         self.cluster.wait_ready()
+        want = server_settings(strat) if strat else {}
         with psycopg.connect(self.cluster.conninfo(), autocommit=True) as c:
-            if on:
-                c.execute("ALTER SYSTEM RESET leapfrog.background")
-            else:
-                c.execute("ALTER SYSTEM SET leapfrog.background = off")
+            for name in sorted({k for v in LAZY_VARIANTS.values() for k in v["server_settings"]}):
+                if name in want:
+                    c.execute(f"ALTER SYSTEM SET {name} = '{want[name]}'")
+                else:
+                    c.execute(f"ALTER SYSTEM RESET {name}")
             c.execute("SELECT pg_reload_conf()")
 
     def safe_run_one(self, load, rate, mname, strat, defer=False, rnd=0):
@@ -239,7 +257,7 @@ class Runner:
             self.log(f"  {mname:9s} {strat:10s} failed: {type(e).__name__}: {e}; restarting server")
             try:
                 self.cluster.restart(mode="immediate")
-                self._set_background(True)
+                self._set_server()
             except Exception as e2:  # noqa: BLE001
                 self.log(f"    restart failed: {e2}")
                 raise
@@ -264,7 +282,7 @@ class Runner:
             c.execute("SELECT count(pg_prewarm(oid)) FROM pg_class WHERE relkind IN ('r', 'i')"
                       " AND relnamespace = 'public'::regnamespace")
         if strat in LAZY:
-            self._set_background(LAZY_VARIANTS[strat]["background"])
+            self._set_server(strat)
         mig = MIGRATIONS[mname] if mname else None
         pg = PgbenchRun(self.cluster, RUNDB, rundir, p["warehouses"], p["clients"],
                         p["threads"], duration, rate=rate, settings=client_settings(strat))
@@ -308,7 +326,7 @@ class Runner:
         except psycopg.Error as e:
             extra["post_run_error"] = str(e).splitlines()[0]
         if strat in LAZY:
-            self._set_background(True)
+            self._set_server()
         txs = pg.parse()
         res, series, cdf = metrics.compute(txs, t_origin, t_m, t_end, drv.events,
                                            tpcc.NEW_ORDER_SCRIPT_NO)
@@ -324,6 +342,8 @@ class Runner:
             "events_s": {k: round(v - t_m, 3) for k, v in drv.events.items()},
             "notes": drv.notes,
         })
+        if rate and res.get("min_tps_5s") is not None:
+            res["min_tps_5s_vs_rate"] = round(res["min_tps_5s"] / rate, 3)
         if extra.get("server_crash"):
             res["status"] = "failed"
             res["reason"] = "server crashed: " + extra["server_crash"][0][-300:]

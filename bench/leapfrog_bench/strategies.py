@@ -15,18 +15,28 @@ from concurrent.futures import ThreadPoolExecutor
 import psycopg
 from psycopg import errors
 
-STRATEGIES = ["baseline", "eager", "multistep", "lazy", "lazy_nobg", "lazy_migrate"]
+STRATEGIES = ["baseline", "eager", "multistep", "lazy", "lazy_nobg", "lazy_migrate",
+              "lazy_unpaced"]
 # The lazy strategies all run the Lazy driver; they differ in the server's
-# leapfrog.background during the run and in the settings of the load's client
-# sessions (pgbench's; given through PGOPTIONS, so nothing outlives the run).
+# settings during the run (ALTER SYSTEM, reset after it) and in the settings
+# of the load's client sessions (pgbench's; given through PGOPTIONS, so
+# nothing outlives the run).
 LAZY_VARIANTS = {
-    "lazy": dict(background=True, client_settings={}),
-    "lazy_nobg": dict(background=False, client_settings={}),
+    "lazy": dict(server_settings={}, client_settings={}),
+    "lazy_nobg": dict(server_settings={"leapfrog.background": "off"}, client_settings={}),
     # plain reads migrate the rows they need, as writes do, instead of
     # computing them from the retired tables (the default)
-    "lazy_migrate": dict(background=True, client_settings={"leapfrog.read_mode": "migrate"}),
+    "lazy_migrate": dict(server_settings={}, client_settings={"leapfrog.read_mode": "migrate"}),
+    # the workers run flat out whatever the load (no pacing)
+    "lazy_unpaced": dict(server_settings={"leapfrog.background_min_share": "1"},
+                         client_settings={}),
 }
 LAZY = tuple(LAZY_VARIANTS)
+
+
+def server_settings(strategy):
+    """Server settings (sighup) during a run of this strategy."""
+    return LAZY_VARIANTS.get(strategy, {}).get("server_settings", {})
 
 
 def client_settings(strategy):
