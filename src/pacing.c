@@ -77,7 +77,7 @@
 #define LF_PACING_SATURATED_PERIODS 8	/* ... for this many periods in a row */
 #define LF_PACING_PROBE_EVERY_MS 2000	/* saturated: how often the workers look */
 #define LF_PACING_PROBE_MS 300	/* ... pausing for this long */
-#define LF_PACING_LOG LOG
+#define LF_PACING_LOG DEBUG1	/* every period: for a look with log_min_messages */
 
 /* LfPacingShared.mode */
 #define LF_PACED 0				/* workers keep to their shares */
