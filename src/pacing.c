@@ -38,7 +38,8 @@
  * LF_PACING_SATURATED_PERIODS periods in a row, in the first
  * LF_PACING_PROBE_MS of the next LF_PACING_PROBE_EVERY_MS of the clock the
  * workers all pause (probe): still nothing idle, and they are saturated;
- * saturated, they look the same way every LF_PACING_PROBE_EVERY_MS, and
+ * saturated, they run flat out with batches of a fifth of
+ * leapfrog.batch_size, look the same way every LF_PACING_PROBE_EVERY_MS, and
  * idle CPU sends them back to their shares.  Why look rather than decide
  * on the periods: a steady load at 65% of saturation has bursts with
  * nothing idle, and the floor's own CPU can fill what a heavy steady load
@@ -341,16 +342,19 @@ lf_pacing_pause_ms(TimestampTz started, uint64 cpu_us, double *share)
 }
 
 /*
- * Rows a batch aims at: leapfrog.batch_size, times the share when paced.  A
- * session that needs a row of a batch in flight waits for the whole batch,
- * holding whatever locks it has (a TPC-C Payment holds its warehouse row),
- * so where sessions want the CPU, batches are short as well as rare.
+ * Rows a batch aims at: leapfrog.batch_size, times the square of the share
+ * when paced, a fifth of it when saturated.  A session that needs a row of
+ * a batch in flight waits for the whole batch, holding whatever locks it
+ * has (a TPC-C Payment holds its warehouse row), so where sessions want the
+ * CPU, batches are short as well as rare.
  */
 int
 lf_pacing_batch_rows(void)
 {
 	double		share = my_share < 0 ? lf_background_min_share : my_share;
 
+	if (pg_atomic_read_u32(&pacing->mode) == LF_SATURATED)
+		return Max(lf_batch_size / 5, Min(lf_batch_size, 100));
 	share = Min(share, 1.0);
 	return Max((int) (lf_batch_size * share * share), Min(lf_batch_size, 100));
 }

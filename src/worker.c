@@ -982,6 +982,16 @@ lf_worker_main(Datum arg)
 	 */
 	SetConfigOption("default_transaction_isolation", "read committed", PGC_SUSET, PGC_S_OVERRIDE);
 	SetConfigOption("default_transaction_read_only", "off", PGC_SUSET, PGC_S_OVERRIDE);
+	/*
+	 * A batch's commit need not wait for its WAL flush: a crash that loses
+	 * it loses its deletes and inserts together, the rows are unmigrated
+	 * again and a later batch moves them (exactly once, as after any
+	 * abort).  Whatever depends on it (a session that read or changed a
+	 * row it moved) commits later in the WAL, and flushing that commit
+	 * flushes this one.  The rows of a batch stay locked until its commit
+	 * returns: no fsync (or synchronous standby) in between.
+	 */
+	SetConfigOption("synchronous_commit", "off", PGC_SUSET, PGC_S_OVERRIDE);
 
 	memcpy(&my_worker_number, MyBgworkerEntry->bgw_extra, sizeof(my_worker_number));
 	my_worker_count = Max(lf_background_workers, my_worker_number + 1);
