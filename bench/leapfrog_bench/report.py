@@ -66,8 +66,11 @@ def write_markdown(runner, path, figs):
     if m.get("saturated_tps"):
         L.append(f"Saturated throughput (baseline, before the migration point): "
                  f"{m['saturated_tps']} tps"
-                 + (f"; fixed-rate runs at {m['rate_tps']} tps ({p.get('rate_fraction')} of it)."
-                    if m.get("rate_tps") else ".") + "\n")
+                 + (f"; fixed-rate runs at {m['rate_tps']} tps ({p.get('rate_fraction')} of it)"
+                    if m.get("rate_tps") else "")
+                 + (f", then per round {', '.join(str(r) for r in m['rate_tps_rounds'][1:])} tps "
+                    "(the same fraction of a short saturated run before each round)"
+                    if len(m.get("rate_tps_rounds", [])) > 1 else "") + ".\n")
     ls = m.get("lazy_support", {})
     if ls:
         L.append("Leapfrog support: " + ", ".join(

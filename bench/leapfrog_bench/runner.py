@@ -116,8 +116,11 @@ class Runner:
         for load in p["loads"]:
             self.results[load] = {}
             if load == "rate":
-                rate = self._calibrate_rate()
+                # 65% of a short saturated run right now: the saturated
+                # load's baseline may be minutes old
+                rate = self._calibrate_rate(fresh=True)
                 self.meta["rate_tps"] = rate
+                self.meta["rate_tps_rounds"] = [rate]
             migs = p["migrations"] if load != "rate" else p.get("rate_migrations", p["migrations"])
             self.log(f"== load {load}" + (f" at {rate} tps" if load == "rate" else " (unthrottled)"))
             base = self.run_one(load, rate if load == "rate" else None, None, "baseline")
@@ -150,6 +153,13 @@ class Runner:
                 for rnd in range(max(1, nrep)):
                     if rnd > 0:
                         self.log(f"  round {rnd + 1} of {nrep}: {', '.join(rep_strats)}")
+                        if load == "rate":
+                            # the machine's speed drifts by a third within
+                            # minutes: each round's rate is 65% of its own
+                            # short saturated run
+                            rate = self._calibrate_rate(fresh=True)
+                            self.meta["rate_tps_rounds"].append(rate)
+                            self.log(f"  round {rnd + 1} at {rate} tps")
                         if "baseline" in p["strategies"]:
                             base_runs.append(self.run_one(load, rate if load == "rate" else None,
                                                           None, "baseline", record=False, rnd=rnd))
@@ -216,14 +226,14 @@ class Runner:
             return None
         return sum(rows[t] for t in mig.inputs)
 
-    def _calibrate_rate(self):
-        sat = self.meta.get("saturated_tps")
+    def _calibrate_rate(self, fresh=False):
+        sat = None if fresh else self.meta.get("saturated_tps")
         if not sat:
             self.log("calibrating: short unthrottled baseline")
             r = self.run_one("calibration", None, None, "baseline",
                              duration=min(20, self.p["duration"]), record=False)
             sat = r["tps_before"] or r["tps_window"]
-            self.meta["saturated_tps"] = sat
+            self.meta.setdefault("saturated_tps", sat)
         return max(1, int(round(sat * self.p["rate_fraction"])))
 
     def _drop_db(self, name):
