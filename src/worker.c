@@ -1066,8 +1066,12 @@ lf_worker_main(Datum arg)
 												   &share);
 
 			if (pause > 0)
-				pgstat_report_activity(STATE_IDLE,
-										psprintf("leapfrog: pacing, %.2f of a core", share));
+			{
+				char		activity[64];
+
+				snprintf(activity, sizeof(activity), "leapfrog: pacing, %.2f of a core", share);
+				pgstat_report_activity(STATE_IDLE, activity);
+			}
 			else
 				pgstat_report_activity(STATE_IDLE, NULL);
 			sleep_ms = lf_background_naptime + pause;
