@@ -98,12 +98,25 @@ typedef struct LfShared
 {
 	LWLock	   *lock;
 	Latch	   *launcher_latch;
+	pg_atomic_uint32 reloads;	/* configuration reloads the launcher has done */
 	LfSlot		slots[LF_MAX_DATABASES];
 } LfShared;
 
 static LfShared *lf_shared = NULL;
 static int	my_worker_number = 0;	/* in a database worker */
 static int	my_worker_count = 1;	/* workers of the database when it began */
+
+/*
+ * The launcher's count of configuration reloads when it asked for this
+ * worker, then when this worker last read the configuration.  A reload the
+ * postmaster signals between forking a worker and the worker's own SIGHUP
+ * handler is lost: PostgreSQL's background worker startup sets SIGHUP to
+ * SIG_IGN meanwhile, which discards it.  Such a worker kept the old
+ * settings for good (leapfrog.background = off: it never migrated).  The
+ * launcher, started long before, gets every reload; a worker that sees its
+ * count move reads the configuration files again.
+ */
+static uint32 my_reloads = 0;
 static Oid	wake_db_at_commit = InvalidOid;
 static bool xact_callback_registered = false;
 
@@ -132,6 +145,7 @@ lf_shmem_startup(void)
 	{
 		memset(lf_shared, 0, sizeof(LfShared));
 		lf_shared->lock = &(GetNamedLWLockTranche("leapfrog"))->lock;
+		pg_atomic_init_u32(&lf_shared->reloads, 0);
 	}
 	LWLockRelease(AddinShmemInitLock);
 }
@@ -264,6 +278,7 @@ static bool
 launch_worker(int slot, Oid dboid, int number)
 {
 	BackgroundWorker w = {0};
+	uint32		reloads = pg_atomic_read_u32(&lf_shared->reloads);
 
 	w.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
 	w.bgw_start_time = BgWorkerStart_RecoveryFinished;
@@ -274,6 +289,7 @@ launch_worker(int slot, Oid dboid, int number)
 	snprintf(w.bgw_type, BGW_MAXLEN, "leapfrog worker");
 	w.bgw_main_arg = ObjectIdGetDatum(dboid);
 	memcpy(w.bgw_extra, &number, sizeof(number));
+	memcpy(w.bgw_extra + sizeof(number), &reloads, sizeof(reloads));
 	w.bgw_notify_pid = MyProcPid;
 	return RegisterDynamicBackgroundWorker(&w, &handles[slot][number]);
 }
@@ -291,9 +307,10 @@ database_exists(Oid dboid)
 
 /*
  * Reap the workers that have exited.  One that exited without clearing its
- * slot (worker_exit) gets its slot and busy bits cleared here, and is
- * launched again no sooner than LF_RELAUNCH_DELAY_MS later if it is still
- * wanted; a dropped database wants no worker any more.
+ * slot (it failed to connect, or exited on an error: worker_exit) gets its
+ * slot and busy bits cleared here, and is launched again no sooner than
+ * LF_RELAUNCH_DELAY_MS later if it is still wanted; a dropped database
+ * wants no worker any more.
  */
 static void
 reap_workers(void)
@@ -315,6 +332,8 @@ reap_workers(void)
 			pfree(handles[i][k]);
 			handles[i][k] = NULL;
 			gone = !database_exists(s->dboid);
+			elog(DEBUG1, "leapfrog: worker %d of database %u exited%s",
+				 k, s->dboid, s->pid[k] != 0 ? " without clearing its slot" : "");
 			LWLockAcquire(lf_shared->lock, LW_EXCLUSIVE);
 			if (s->pid[k] != 0)
 			{
@@ -352,6 +371,7 @@ lf_launcher_main(Datum arg)
 		{
 			ConfigReloadPending = false;
 			ProcessConfigFile(PGC_SIGHUP);
+			pg_atomic_fetch_add_u32(&lf_shared->reloads, 1);
 		}
 		reap_workers();
 		LWLockAcquire(lf_shared->lock, LW_EXCLUSIVE);
@@ -371,7 +391,10 @@ lf_launcher_main(Datum arg)
 					if (relaunch_after[i][k] > now)
 						timeout = Min(timeout, (long) ((relaunch_after[i][k] - now) / 1000) + 1);
 					else if (launch_worker(i, s->dboid, k))
+					{
 						s->pid[k] = -1;
+						elog(DEBUG1, "leapfrog: launched worker %d for database %u", k, s->dboid);
+					}
 					else
 						timeout = 1000; /* no bgworker slot free: retry soon */
 				}
@@ -423,6 +446,13 @@ cursor_for(Oid input)
 	return c;
 }
 
+/*
+ * A worker leaving: its slot and busy bits are cleared.  One that exits on
+ * an error (pg_terminate_backend, a failure outside a batch) may leave
+ * migrations running: it asks to be launched again and leaves its pid for
+ * the launcher, which waits LF_RELAUNCH_DELAY_MS first (reap_workers).  The
+ * new worker exits if nothing is left to do.
+ */
 static void
 worker_exit(int code, Datum arg)
 {
@@ -434,7 +464,10 @@ worker_exit(int code, Datum arg)
 	{
 		int			i;
 
-		s->pid[my_worker_number] = 0;
+		if (code == 0)
+			s->pid[my_worker_number] = 0;
+		else
+			s->wanted[my_worker_number] = true;
 		for (i = 0; i < LF_MAX_CURSORS; i++)
 			s->cursors[i].busy &= ~(1U << my_worker_number);
 	}
@@ -964,6 +997,33 @@ runnable_migrations(MemoryContext cxt, long *sleep_ms, bool *any_running,
 	return ids;
 }
 
+/*
+ * Drop the retired tables of completed migrations that their completion
+ * could not drop.  A failure (a dependent object, say) is logged and does
+ * not stop the worker: the running migrations come first.
+ */
+static void
+drop_leftovers(List *leftovers)
+{
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	PG_TRY();
+	{
+		lf_drop_retired(leftovers);
+		CommitTransactionCommand();
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata = lf_abort_with_error(TopMemoryContext, false, NULL);
+
+		ereport(LOG,
+				(errmsg("leapfrog: could not drop the retired tables of completed migrations: %s",
+						edata->message)));
+		FreeErrorData(edata);
+	}
+	PG_END_TRY();
+}
+
 void
 lf_worker_main(Datum arg)
 {
@@ -994,6 +1054,7 @@ lf_worker_main(Datum arg)
 	SetConfigOption("synchronous_commit", "off", PGC_SUSET, PGC_S_OVERRIDE);
 
 	memcpy(&my_worker_number, MyBgworkerEntry->bgw_extra, sizeof(my_worker_number));
+	memcpy(&my_reloads, MyBgworkerEntry->bgw_extra + sizeof(my_worker_number), sizeof(my_reloads));
 	my_worker_count = Max(lf_background_workers, my_worker_number + 1);
 	LWLockAcquire(lf_shared->lock, LW_EXCLUSIVE);
 	s = slot_for(dboid, true);
@@ -1019,9 +1080,10 @@ lf_worker_main(Datum arg)
 		bool		worked = false;
 
 		CHECK_FOR_INTERRUPTS();
-		if (ConfigReloadPending)
+		if (ConfigReloadPending || pg_atomic_read_u32(&lf_shared->reloads) != my_reloads)
 		{
 			ConfigReloadPending = false;
+			my_reloads = pg_atomic_read_u32(&lf_shared->reloads);
 			ProcessConfigFile(PGC_SIGHUP);
 		}
 		LWLockAcquire(lf_shared->lock, LW_EXCLUSIVE);
@@ -1032,11 +1094,7 @@ lf_worker_main(Datum arg)
 		MemoryContextReset(loop_cxt);
 		ids = runnable_migrations(loop_cxt, &sleep_ms, &any_running, &leftovers);
 		if (leftovers != NIL)
-		{
-			StartTransactionCommand();
-			lf_drop_retired(leftovers);
-			CommitTransactionCommand();
-		}
+			drop_leftovers(leftovers);
 		if (!any_running && leftovers != NIL)
 		{
 			/* retired tables still locked by some transaction: try again soon */
@@ -1053,7 +1111,10 @@ lf_worker_main(Datum arg)
 			wanted = s && s->wanted[my_worker_number];
 			LWLockRelease(lf_shared->lock);
 			if (!wanted)
+			{
+				elog(DEBUG1, "leapfrog: worker %d exits: no running migration", my_worker_number);
 				proc_exit(0);
+			}
 			continue;
 		}
 		foreach(lc, ids)

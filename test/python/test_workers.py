@@ -7,8 +7,21 @@ database never got a worker again, and its migrations never completed in the
 background.  The launcher now notices the exit through the worker's handle,
 clears the slot and launches the worker again once it can connect.  A
 dropped database's slot is given up: no worker is launched for it again.
+
+A worker that exits on an error (here: pg_terminate_backend) while a
+migration runs is launched again; it used to clear its slot as if it had
+nothing left to do, and the migration got no worker until the next start().
+
+A worker forked just before a configuration reload can lose the reload's
+SIGHUP (PostgreSQL ignores SIGHUP while a background worker starts up).
+With leapfrog.background = off at its fork it never migrated anything
+(isolation spec rr_worker failed one run in about 36).  Workers also re-read
+the configuration when the launcher has reloaded it; the test simulates the
+lost signal by sending SIGHUP to the launcher alone.
 """
 
+import os
+import signal
 import time
 
 from support import needs_real_extension, wait_until
@@ -83,3 +96,67 @@ def test_dropped_database_gets_no_worker(make_cluster):
     with c.connect("app") as conn:
         _start(conn, "a", "a_v2")
         assert conn.execute("SELECT leapfrog.wait('a_v2', 60)").fetchone()[0]
+
+
+def _worker_pids(conn, dbname):
+    return {r[0] for r in conn.execute(
+        "SELECT pid FROM pg_stat_activity WHERE backend_type = 'leapfrog worker' "
+        "AND datname = %s", [dbname])}
+
+
+def _remaining(conn, name):
+    return conn.execute("SELECT leapfrog.remaining(%s)", [name]).fetchone()[0]
+
+
+def test_terminated_worker_is_launched_again(make_cluster):
+    needs_real_extension()
+    # Slow batches, so that the migration is still running when its workers die.
+    c = make_cluster(**{"leapfrog.background": "on", "leapfrog.background_delay": 0,
+                        "leapfrog.batch_size": 100, "leapfrog.background_naptime": 300})
+    c.create_database("app")
+    with c.connect("app") as conn:
+        _start(conn, "a", "a_v2", rows=20000)
+        wait_until(lambda: _remaining(conn, "a_v2") < 20000, 30,
+                   what="the workers to begin")
+        killed = _worker_pids(conn, "app")
+        assert killed
+        for pid in killed:
+            conn.execute("SELECT pg_terminate_backend(%s)", [pid])
+        wait_until(lambda: _worker_pids(conn, "app") - killed, 30,
+                   what="a worker launched after the terminated ones")
+        # The new workers migrate: what is left goes down.
+        left = _remaining(conn, "a_v2")
+        wait_until(lambda: _remaining(conn, "a_v2") < left, 30,
+                   what="the new workers to migrate")
+        c.set_gucs(**{"leapfrog.background_naptime": 0})
+        c.sql("SELECT pg_reload_conf()")
+        assert conn.execute("SELECT leapfrog.wait('a_v2', 60)").fetchone()[0], \
+            "the migration did not complete after its workers were terminated"
+        n, d, bad = conn.execute(
+            "SELECT count(*), count(DISTINCT id), count(*) FILTER (WHERE v <> id) FROM a_v2"
+        ).fetchone()
+        assert (n, d, bad) == (20000, 20000, 0)
+
+
+def test_worker_that_missed_a_reload_reads_it_through_the_launcher(make_cluster):
+    needs_real_extension()
+    c = make_cluster(**{"leapfrog.background": "off", "leapfrog.background_delay": 0})
+    c.create_database("app")
+    with c.connect("app") as conn:
+        _start(conn, "a", "a_v2")
+        # With background off the workers wait, polling, for as long as the
+        # migration runs.
+        wait_until(lambda: _worker_pids(conn, "app"), 30, what="the workers to start")
+        conn.execute("ALTER SYSTEM SET leapfrog.background = on")
+        # Not reloaded: nothing migrates.
+        time.sleep(2)
+        assert _remaining(conn, "a_v2") == 2000, "a setting was applied before any reload"
+        # The reload reaches the launcher only, as if the workers had lost
+        # their SIGHUP.
+        launcher = conn.execute("SELECT pid FROM pg_stat_activity "
+                                "WHERE backend_type = 'leapfrog launcher'").fetchone()[0]
+        os.kill(launcher, signal.SIGHUP)
+        assert conn.execute("SELECT leapfrog.wait('a_v2', 60)").fetchone()[0], \
+            "the workers kept leapfrog.background = off after the launcher's reload"
+        n, d = conn.execute("SELECT count(*), count(DISTINCT id) FROM a_v2").fetchone()
+        assert (n, d) == (2000, 2000)
