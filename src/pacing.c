@@ -167,6 +167,16 @@ read_cpu_ticks(uint64 *busy, uint64 *total)
 	return true;
 }
 
+/* The idle fraction of the CPU since the sample (false: no time passed). */
+static bool
+idle_since_sample(uint64 busy, uint64 total, double *idle)
+{
+	if (total <= sample_total)
+		return false;
+	*idle = 1 - (double) (busy - sample_busy) / (total - sample_total);
+	return true;
+}
+
 static void
 pacing_exit(int code, Datum arg)
 {
@@ -227,11 +237,10 @@ measure(void)
 		return;
 	}
 	workers_us = pg_atomic_read_u64(&pacing->worker_cpu_us);
-	if (have_sample && total > sample_total)
+	if (have_sample && idle_since_sample(busy, total, &idle))
 	{
 		/* ticks of all CPUs over the period, so busy fraction times ncpu */
 		wall_s = (now - sample_at) / 1000000.0;
-		idle = 1 - (double) (busy - sample_busy) / (total - sample_total);
 		used = (1 - idle) * ncpu - (workers_us - sample_workers_us) / 1000000.0 / wall_s;
 		used = Max(used, 0);
 		others_cores = others_cores < 0 ? used : (others_cores + used) / 2;
@@ -285,9 +294,8 @@ probe(void)
 	CHECK_FOR_INTERRUPTS();
 	if (!have_sample ||
 		!TimestampDifferenceExceeds(sample_at, GetCurrentTimestamp(), LF_PACING_PROBE_MS / 3) ||
-		!read_cpu_ticks(&busy, &total) || total <= sample_total)
+		!read_cpu_ticks(&busy, &total) || !idle_since_sample(busy, total, &idle))
 		return;					/* too short to tell: the next look will */
-	idle = 1 - (double) (busy - sample_busy) / (total - sample_total);
 	if (idle < LF_PACING_SATURATED_IDLE)
 		pg_atomic_write_u32(&pacing->mode, LF_SATURATED);
 	else
@@ -319,16 +327,13 @@ lf_pacing_pause_ms(TimestampTz started, uint64 cpu_us, double *share)
 	if (pg_atomic_read_u32(&pacing->mode) != LF_PACED)
 		probe();
 	if (pg_atomic_read_u32(&pacing->mode) == LF_SATURATED)
-	{
 		my_share = 1;
-		*share = 1;
-		pause_owed = 0;
-		return 0;
-	}
-	measure();
+	else
+		measure();
 	*share = my_share < 0 ? lf_background_min_share : my_share;
 	if (*share >= 1)
 	{
+		/* not paced: flat out (saturated, idle, or pacing turned off) */
 		*share = 1;
 		pause_owed = 0;
 		return 0;
