@@ -1,0 +1,137 @@
+#!/usr/bin/env python3
+"""What a point query costs on a table under migration.
+
+    .venv/bin/python bench/point_query.py [--rows 2000000] [--rounds 5] [--seconds 4]
+
+On a throwaway cluster (the benchmark suite's settings, background workers
+off so nothing moves but what the queries move), a table of N rows is
+migrated from int to bigint keys (a 1:1 mapping: the new table is empty at
+start(), every row is in the retired table).  The first M = N/10 rows are
+migrated beforehand by one UPDATE.  A plain table with the same rows and no
+migration is the reference.  Each round runs, for 4 s each, one pgbench
+client (-M prepared) per variant, interleaved:
+
+  plain      the query on the plain table, random keys
+  migrated   the query on the new table, keys 1..M (already migrated)
+  first      the query on the new table, keys M+1..N: the row is not
+             migrated yet (almost always: the pool is large enough that
+             repeats are rare; the run reports how many rows the variant
+             actually moved)
+
+for three queries: a SELECT by key (which computes the row, the default
+leapfrog.read_mode), the same SELECT with read_mode = migrate (which moves
+it), and an UPDATE by key (which moves it).  It prints per round the mean
+latency of each variant and first/migrated and first/plain, then the
+medians of the per-round ratios with their spread.  Not a test: figures.
+"""
+import argparse
+import re
+import statistics
+from pathlib import Path
+import sys
+
+from run import ensure_venv  # noqa: E402  (run.py, beside this file, also finds python/)
+
+ensure_venv()
+
+import psycopg  # noqa: E402
+
+from leapfrog_cluster import Cluster, extension_installed  # noqa: E402
+
+from leapfrog_bench.settings import default_settings  # noqa: E402
+
+DB = "pointq"
+SCRIPT = """
+  CREATE TABLE acct2 (id bigint PRIMARY KEY, bal bigint NOT NULL, note text NOT NULL);
+  INSERT INTO acct2 SELECT id, bal, note FROM acct;
+  DROP TABLE acct;
+  ALTER TABLE acct2 RENAME TO acct;
+"""
+QUERIES = {
+    "select": ("SELECT bal, note FROM {t} WHERE id = :id;", {}),
+    "select_migrate": ("SELECT bal, note FROM {t} WHERE id = :id;",
+                       {"PGOPTIONS": "-c leapfrog.read_mode=migrate"}),
+    "update": ("UPDATE {t} SET bal = bal + 1 WHERE id = :id;", {}),
+}
+
+
+def setup(cl, n):
+    with psycopg.connect(cl.conninfo(), autocommit=True) as c:
+        c.execute(f"CREATE DATABASE {DB}")
+    with psycopg.connect(cl.conninfo(DB), autocommit=True) as c:
+        c.execute("CREATE EXTENSION leapfrog")
+        for t in ("acct", "plain"):
+            c.execute(f"CREATE TABLE {t} (id int PRIMARY KEY, bal int NOT NULL, note text NOT NULL)")
+            c.execute(f"INSERT INTO {t} SELECT g, g, md5(g::text) FROM generate_series(1, %s) g",
+                      (n,))
+            c.execute(f"VACUUM ANALYZE {t}")
+        c.execute("SELECT leapfrog.start('pointq', %s)", (SCRIPT,))
+        c.execute("UPDATE acct SET bal = bal WHERE id <= %s", (n // 10,))
+        c.execute("ANALYZE acct")
+        c.execute("CHECKPOINT")
+
+
+def remaining(cl):
+    with psycopg.connect(cl.conninfo(DB), autocommit=True) as c:
+        return c.execute("SELECT leapfrog.remaining('pointq')").fetchone()[0]
+
+
+def pgbench(cl, sql, lo, hi, seconds, env):
+    """Mean latency in microseconds of one client running sql for `seconds`."""
+    path = Path(cl.dir) / "pointq.sql"
+    path.write_text(f"\\set id random({lo}, {hi})\n{sql}\n")
+    path.chmod(0o644)
+    args = ["-n", "-M", "prepared", "-c", "1", "-T", str(seconds), "-f", str(path), DB]
+    res = cl.run_client("pgbench", args, timeout=seconds + 60, env=env)
+    m = re.search(r"tps = ([0-9.]+) \(without initial connection time\)", res.stdout)
+    if not m:
+        raise RuntimeError("pgbench: no tps in its output:\n" + res.stdout + res.stderr)
+    return 1e6 / float(m.group(1))
+
+
+def spread(xs):
+    return f"{statistics.median(xs):.2f} ({min(xs):.2f}-{max(xs):.2f})"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rows", type=int, default=2_000_000)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--seconds", type=int, default=4)
+    args = ap.parse_args()
+    if not extension_installed():
+        sys.exit("point_query: the leapfrog extension is not installed (make install)")
+    settings = default_settings()
+    settings["leapfrog.background"] = "off"
+    n, m = args.rows, args.rows // 10
+    ratios = {q: {"first/migrated": [], "first/plain": [], "migrated/plain": []} for q in QUERIES}
+    moved = {q: 0 for q in QUERIES}
+    with Cluster(settings=settings, preload=True) as cl:
+        cl.wait_ready()
+        setup(cl, n)
+        for r in range(args.rounds):
+            for q, (sql, env) in QUERIES.items():
+                before = remaining(cl)
+                lat = {
+                    "plain": pgbench(cl, sql.format(t="plain"), 1, n, args.seconds, env),
+                    "migrated": pgbench(cl, sql.format(t="acct"), 1, m, args.seconds, env),
+                }
+                left = remaining(cl)
+                lat["first"] = pgbench(cl, sql.format(t="acct"), m + 1, n, args.seconds, env)
+                moved[q] += left - remaining(cl)
+                assert before == left, "queries on migrated rows moved rows"
+                ratios[q]["first/migrated"].append(lat["first"] / lat["migrated"])
+                ratios[q]["first/plain"].append(lat["first"] / lat["plain"])
+                ratios[q]["migrated/plain"].append(lat["migrated"] / lat["plain"])
+                print(f"round {r + 1} {q:15s} plain {lat['plain']:7.1f} us  migrated "
+                      f"{lat['migrated']:7.1f} us  first {lat['first']:7.1f} us  "
+                      f"first/migrated {lat['first'] / lat['migrated']:.2f}", flush=True)
+    print(f"\nmedians over {args.rounds} rounds (min-max), {n} rows, {m} migrated beforehand:")
+    for q in QUERIES:
+        print(f"  {q:15s} " + "  ".join(f"{k} {spread(v)}" for k, v in ratios[q].items())
+              + f"  (rows moved by 'first': {moved[q]})")
+
+
+if __name__ == "__main__":
+    main()
