@@ -952,6 +952,9 @@ worker_batch(int migration_id)
 	return go_on;
 }
 
+#define LF_LEFTOVERS_EVERY_MS 10000
+static TimestampTz next_leftovers_check = 0;
+
 /* Migrations of this database that want the worker, and how long to sleep. */
 static List *
 runnable_migrations(MemoryContext cxt, long *sleep_ms, bool *any_running,
@@ -967,8 +970,21 @@ runnable_migrations(MemoryContext cxt, long *sleep_ms, bool *any_running,
 	StartTransactionCommand();
 	PushActiveSnapshot(GetTransactionSnapshot());
 	lf_cache_load();
-	if (OidIsValid(lf_catalog_relid()))
+	foreach(lc, lf_active)
+		if (!((LfMigration *) lfirst(lc))->failed)
+			*any_running = true;
+	/*
+	 * Retired tables a completion could not drop: looked for before the
+	 * worker exits, and every LF_LEFTOVERS_EVERY_MS meanwhile (a query
+	 * planned each time: once per batch it was a tenth of a small batch's
+	 * cost).
+	 */
+	if (OidIsValid(lf_catalog_relid()) &&
+		(!*any_running || now >= next_leftovers_check))
+	{
 		*leftovers = lf_catalog_done_inputs(cxt);
+		next_leftovers_check = TimestampTzPlusMilliseconds(now, LF_LEFTOVERS_EVERY_MS);
+	}
 	foreach(lc, lf_active)
 	{
 		LfMigration *m = lfirst(lc);
