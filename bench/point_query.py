@@ -82,7 +82,7 @@ def pgbench(cl, sql, lo, hi, seconds, env):
     path.write_text(f"\\set id random({lo}, {hi})\n{sql}\n")
     path.chmod(0o644)
     args = ["-n", "-M", "prepared", "-c", "1", "-T", str(seconds), "-f", str(path), DB]
-    res = cl.run_client("pgbench", args, timeout=seconds + 60, env=env)
+    res = cl.run_client("pgbench", args, timeout=seconds + 60, extra_env=env)
     m = re.search(r"tps = ([0-9.]+) \(without initial connection time\)", res.stdout)
     if not m:
         raise RuntimeError("pgbench: no tps in its output:\n" + res.stdout + res.stderr)

@@ -101,13 +101,13 @@ def give_away(path):
         os.chown(path, *_server_user())
 
 
-def run_as_server(argv, timeout=120, check=True, cwd=None, env=None):
-    """Run a server program, as the postgres OS user when we are root (env:
-    variables to add to its environment)."""
+def run_as_server(argv, timeout=120, check=True, cwd=None, extra_env=None):
+    """Run a server program, as the postgres OS user when we are root, with
+    extra_env added to its environment."""
     kw = {}
-    extra, env = env, dict(os.environ)
+    env = dict(os.environ)
     env.pop("PGDATA", None)
-    env.update(extra or {})
+    env.update(extra_env or {})
     if IS_ROOT:
         uid, gid = _server_user()
         kw = {"user": uid, "group": gid, "extra_groups": []}
@@ -357,7 +357,7 @@ class Cluster:
     def pgbench_conn_args(self, dbname):
         return ["-h", str(self.sockdir), "-p", str(self.port), "-U", DB_USER, dbname]
 
-    def run_client(self, program, args, dbname=None, timeout=120, check=True, env=None):
+    def run_client(self, program, args, dbname=None, timeout=120, check=True, extra_env=None):
         """A client program of the installation (pg_dump, pg_restore, psql,
         pg_basebackup), connected over the socket as DB_USER (to dbname with
         -d, if given), run as the server's OS user: files it writes or reads
@@ -366,7 +366,7 @@ class Cluster:
         if dbname:
             conn += ["-d", dbname]
         return run_as_server([self.bindir / program] + conn + list(args),
-                             timeout=timeout, check=check, cwd=self.dir, env=env)
+                             timeout=timeout, check=check, cwd=self.dir, extra_env=extra_env)
 
     # ---- replication -----------------------------------------------------
     def standby(self, settings=None, name="standby", timeout=120):

@@ -992,7 +992,6 @@ runnable_migrations(MemoryContext cxt, long *sleep_ms, bool *any_running,
 
 		if (m->failed)
 			continue;
-		*any_running = true;
 		if (!lf_background)
 			continue;
 		/* chained: it starts when the migrations filling its inputs are done */
@@ -1015,12 +1014,15 @@ runnable_migrations(MemoryContext cxt, long *sleep_ms, bool *any_running,
 
 /*
  * Drop the retired tables of completed migrations that their completion
- * could not drop.  A failure (a dependent object, say) is logged and does
- * not stop the worker: the running migrations come first.
+ * could not drop; false if that failed.  A failure (a dependent object,
+ * say) is logged and does not stop the worker: the running migrations come
+ * first.
  */
-static void
+static bool
 drop_leftovers(List *leftovers)
 {
+	volatile bool ok = true;
+
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
 	PG_TRY();
@@ -1036,8 +1038,10 @@ drop_leftovers(List *leftovers)
 				(errmsg("leapfrog: could not drop the retired tables of completed migrations: %s",
 						edata->message)));
 		FreeErrorData(edata);
+		ok = false;
 	}
 	PG_END_TRY();
+	return ok;
 }
 
 void
@@ -1109,11 +1113,14 @@ lf_worker_main(Datum arg)
 
 		MemoryContextReset(loop_cxt);
 		ids = runnable_migrations(loop_cxt, &sleep_ms, &any_running, &leftovers);
-		if (leftovers != NIL)
-			drop_leftovers(leftovers);
-		if (!any_running && leftovers != NIL)
+		/*
+		 * Retired tables still locked by some transaction: try again soon.
+		 * A drop that failed is not retried every second: with nothing
+		 * running the worker exits, and the next worker of the database
+		 * tries again.
+		 */
+		if (leftovers != NIL && drop_leftovers(leftovers) && !any_running)
 		{
-			/* retired tables still locked by some transaction: try again soon */
 			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 							 1000, PG_WAIT_EXTENSION);
 			ResetLatch(MyLatch);

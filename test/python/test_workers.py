@@ -39,6 +39,15 @@ def _start(conn, old, new, rows=2000):
     conn.execute("SELECT leapfrog.start(%s, %s)", [new, SCRIPT.format(new=new, old=old)])
 
 
+def _assert_completed(conn, name, rows, why):
+    """The migration completes in 60 s, with every row of the input exactly once."""
+    assert conn.execute("SELECT leapfrog.wait(%s, 60)", [name]).fetchone()[0], why
+    n, d, bad = conn.execute(
+        "SELECT count(*), count(DISTINCT id), count(*) FILTER (WHERE v <> id) FROM %s" % name
+    ).fetchone()
+    assert (n, d, bad) == (rows, rows, 0)
+
+
 def _failed_connections(c, dbname):
     return c.log_text().count('database "%s" is not currently accepting connections' % dbname)
 
@@ -65,12 +74,7 @@ def test_worker_that_fails_to_connect_is_launched_again(make_cluster):
         # ... until connections are allowed again: then b_v2 completes in
         # the background, by a worker launched after the failures.
         c.sql("ALTER DATABASE app ALLOW_CONNECTIONS true")
-        assert conn.execute("SELECT leapfrog.wait('b_v2', 60)").fetchone()[0], \
-            "no worker was launched again after the failed ones"
-        n, d, bad = conn.execute(
-            "SELECT count(*), count(DISTINCT id), count(*) FILTER (WHERE v <> id) FROM b_v2"
-        ).fetchone()
-        assert (n, d, bad) == (2000, 2000, 0)
+        _assert_completed(conn, "b_v2", 2000, "no worker was launched again after the failed ones")
 
 
 def test_dropped_database_gets_no_worker(make_cluster):
@@ -130,12 +134,8 @@ def test_terminated_worker_is_launched_again(make_cluster):
                    what="the new workers to migrate")
         c.set_gucs(**{"leapfrog.background_naptime": 0})
         c.sql("SELECT pg_reload_conf()")
-        assert conn.execute("SELECT leapfrog.wait('a_v2', 60)").fetchone()[0], \
-            "the migration did not complete after its workers were terminated"
-        n, d, bad = conn.execute(
-            "SELECT count(*), count(DISTINCT id), count(*) FILTER (WHERE v <> id) FROM a_v2"
-        ).fetchone()
-        assert (n, d, bad) == (20000, 20000, 0)
+        _assert_completed(conn, "a_v2", 20000,
+                          "the migration did not complete after its workers were terminated")
 
 
 def test_worker_that_missed_a_reload_reads_it_through_the_launcher(make_cluster):
