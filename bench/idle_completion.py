@@ -95,7 +95,7 @@ def main():
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--warehouses", type=int, default=10)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--migration", default="split", choices=["split"])
+    ap.add_argument("--migration", default="split", choices=sorted(MIGRATIONS))
     ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                     help="server setting (repeatable)")
     args = ap.parse_args()
@@ -125,6 +125,7 @@ def main():
     print(f"median: eager {ew:.2f} s, lazy {lw:.2f} s, lazy/eager {lw / ew:.2f}")
     print(f"server CPU per input row: eager {ec / rows * 1e6:.1f} us, "
           f"lazy {lc / rows * 1e6:.1f} us, lazy/eager {lc / ec:.2f}")
+    print(f"server CPU in total: eager {ec:.2f} s, lazy {lc:.2f} s")
 
 
 if __name__ == "__main__":

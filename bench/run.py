@@ -59,7 +59,8 @@ def main():
     ap.add_argument("--out", help="output directory (default bench/out/<profile>-<time>)")
     ap.add_argument("--migrations", help="comma list of split,aggregate,join")
     ap.add_argument("--strategies",
-                    help="comma list of baseline,eager,multistep,lazy,lazy_nobg,lazy_migrate")
+                    help="comma list of baseline,eager,multistep,lazy,lazy_nobg,lazy_migrate "
+                         "(each runs on every chosen migration and load)")
     ap.add_argument("--loads", help="comma list of saturated,rate")
     ap.add_argument("--rounds", type=int,
                     help="run every chosen strategy but the baseline N times, in interleaved "
@@ -96,6 +97,9 @@ def main():
         unknown = [x for x in prof[k] if x not in known]
         if unknown:
             ap.error(f"unknown {k}: {', '.join(unknown)} (known: {', '.join(known)})")
+    if args.strategies:
+        # strategies named on the command line run on every chosen migration
+        prof.pop("only", None)
     if "baseline" not in prof["strategies"]:
         prof["strategies"] = ["baseline"] + prof["strategies"]
     if args.rounds:
