@@ -1,7 +1,8 @@
 -- Join (chapter 4.4.3): order_line and stock become one denormalized table,
 -- orderline_stock (stock LEFT JOIN order_line on the supplying warehouse
--- and item), which makes StockLevel a single-table scan.  An n:n migration
--- (Leapfrog 0.1 answers 0A000: join).
+-- and item), which makes StockLevel a single-table scan.  An n:n migration;
+-- its unit is a join key, found through the index on order_line's
+-- (ol_supply_w_id, ol_i_id) that the schema creates for every strategy.
 CREATE TABLE orderline_stock (
     s_w_id        int NOT NULL,
     s_i_id        int NOT NULL,
