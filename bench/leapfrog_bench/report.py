@@ -1,5 +1,6 @@
 """summary.md: the figures of one run and the ratios between strategies
 (all numbers from the same run)."""
+from .cpu import KINDS as CPU_KINDS
 from .strategies import LAZY, STRATEGIES as ORDER
 
 COLS = [("switch_s", "switch s"), ("complete_s", "complete s"),
@@ -88,6 +89,16 @@ def write_markdown(runner, path, figs):
                 r = strats[s]
                 L.append(f"| {s} | {r.get('status')} | "
                          + " | ".join(_fmt(r.get(c[0])) for c in COLS) + " |")
+            if any(strats[s].get("cpu_clients_s") is not None for s in strats):
+                L.append("\nServer CPU in the window, seconds, by process (medians where "
+                         "repeated; bench/leapfrog_bench/cpu.py):\n")
+                L.append("| strategy | " + " | ".join(CPU_KINDS) + " | total |")
+                L.append("|---|" + "---|" * (len(CPU_KINDS) + 1))
+                for s in ORDER:
+                    if s in strats and strats[s].get("cpu_clients_s") is not None:
+                        v = [strats[s].get(f"cpu_{k}_s") for k in CPU_KINDS]
+                        L.append(f"| {s} | " + " | ".join(_fmt(x) for x in v) + " | "
+                                 + _fmt(sum(x or 0.0 for x in v)) + " |")
             notes = [f"- {s}: {strats[s]['reason']}" for s in ORDER
                      if s in strats and strats[s].get("reason")]
             if notes:

@@ -13,6 +13,7 @@ import time
 import psycopg
 
 from . import metrics, plots, report, tpcc
+from .cpu import KINDS, CpuSampler
 from .waits import WaitSampler, lock_waits, summarize
 from leapfrog_cluster import Cluster
 
@@ -26,7 +27,8 @@ TEMPLATE = "tpcc_tmpl"
 # Figures that are medians when a strategy runs several times (repeat).
 REPEATED_FIGURES = ("committed", "tps_window", "tps_window_vs_before", "switch_s", "complete_s",
                     "longest_stall_s", "p50_ms", "p99_ms", "failed", "retries", "lock_waits",
-                    "deadlocks", "min_tps_5s", "min_tps_5s_vs_rate")
+                    "deadlocks", "min_tps_5s", "min_tps_5s_vs_rate") + \
+    tuple(f"cpu_{k}_s" for k in KINDS)
 RUNDB = "tpcc_run"
 
 
@@ -299,6 +301,8 @@ class Runner:
         stop = threading.Event()
         waits = WaitSampler(self.cluster.conninfo())
         waits.start()
+        cpu = CpuSampler(self.cluster.datadir)
+        cpu.start()
         pg.start()
         t_origin = pg.t_start
         t_m = t_origin + migrate_at
@@ -316,6 +320,7 @@ class Runner:
             stop.set()
         drv.join(timeout=3600)
         waits.stop()
+        cpu.stop()
         if drv.is_alive():
             drv.status, drv.error = "failed", "driver still running an hour after the load ended"
         extra = {}
@@ -349,6 +354,7 @@ class Runner:
             "status": drv.status, "reason": drv.error, "load": load,
             "rate_tps": rate, "client_settings": client_settings(strat), "pgbench": pgs,
             "lock_waits": lock_waits(waits.samples, t_m, t_end), **extra,
+            **{f"cpu_{k}_s": v for k, v in (cpu.by_kind(t_m, t_end) or {}).items()},
             "events_s": {k: round(v - t_m, 3) for k, v in drv.events.items()},
             "notes": drv.notes,
         })
@@ -371,7 +377,8 @@ class Runner:
                  f"stall={res['longest_stall_s']} p99={res['p99_ms']}ms "
                  f"failed={res['failed']} retries={res['retries']}/"
                  f"{res.get('schema_retries')} lock_waits={res['lock_waits']} "
-                 f"deadlocks={res.get('deadlocks')}")
+                 f"deadlocks={res.get('deadlocks')} cpu_s=" +
+                 "/".join(str(res.get(f"cpu_{k}_s")) for k in KINDS) + f" ({'/'.join(KINDS)})")
         if (res.get("longest_stall_s") or 0) >= 0.25:
             for line in res.get("stall_waits") or ["(no sample during the stall)"]:
                 self.log(f"      during the stall: {line}")

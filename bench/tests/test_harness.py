@@ -270,3 +270,25 @@ def test_app_code_replaces_fragments_of_the_base():
     join = "".join(ln for ln in app_code("join").splitlines(keepends=True)
                    if not ln.lstrip().startswith("--"))
     assert not re.search(r"\b(stock|order_line)\b", join.replace("orderline_stock", ""))
+
+
+def test_cpu_by_kind_counts_each_process_once():
+    from leapfrog_bench.cpu import CpuSampler, _kind
+    assert _kind("postgres: leapfrog worker 1 for database 16384 ") == "workers"
+    assert _kind("postgres: autovacuum worker tpcc_run ") == "autovacuum"
+    assert _kind("postgres: checkpointer ") == "other"
+    assert _kind("postgres: bench tpcc_run [local] SELECT ") == "clients"
+    s = CpuSampler("/nonexistent")
+    # (time, {pid: (kind, cpu s)}, the postmaster's reaped children's cpu s)
+    s.samples = [
+        (9.0, {1: ("other", 0.5), 10: ("clients", 1.0)}, 0.0),
+        (10.0, {1: ("other", 0.5), 10: ("clients", 2.0), 20: ("workers", 3.0),
+                30: ("autovacuum", 0.2)}, 0.0),
+        (11.0, {1: ("other", 0.6), 10: ("clients", 2.5), 20: ("workers", 4.0),
+                40: ("workers", 0.5)}, 0.5),       # 30 exited: 0.5 s in all
+        (12.0, {1: ("other", 0.7), 10: ("clients", 3.0), 40: ("workers", 1.5)}, 4.9),
+    ]                                              # 20 exited at 4.4 s
+    got = s.by_kind(9.5, 12.5)
+    assert got == {"clients": 1.0, "workers": 1.5, "autovacuum": 0.0, "other": 0.2,
+                   "exited": 1.7}                  # 30: 0.3 after the first sample; 20: 1.4
+    assert s.by_kind(11.5, 12.5) is None           # one sample: no interval
