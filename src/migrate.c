@@ -816,6 +816,11 @@ claim_units_nowait(LfMapping *m, Snapshot snap, List *units, TidSet *claimed)
 										 false, &tmfd, false);
 				if (res != TM_Ok && first)
 					goto next_unit;		/* another transaction has it */
+				if (res == TM_Updated)	/* corrected: check_units_whole */
+					ereport(ERROR,
+							(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+							 errmsg("could not serialize access due to concurrent update"),
+							 errdetail("A row of a group or join key being migrated was corrected meanwhile.")));
 				if (res != TM_Ok)
 					elog(ERROR, "leapfrog: row (%u,%u) of %s of a unit is taken though its first row was not (result %d)",
 						 ItemPointerGetBlockNumber(&u->tids[i][j]),
@@ -1032,6 +1037,43 @@ pull_upstream(LfMigration *mig, LfMapping *m, int from, ItemPointer tids, int nt
 }
 
 /*
+ * Every unit claimed whole or not at all.  Claimers of one unit meet at its
+ * first row, so a claimer that got that row gets the others, unless a row
+ * was corrected (leapfrog.correct_row: updated, at a new ctid) or
+ * quarantined (deleted) while the claimer waited for it, after it looked the
+ * unit up.  Computing the group or join key from the rest would be wrong:
+ * the statement fails with 40001 and its retry looks the unit up again.
+ * (claimed[i] is sorted: claim_tids keeps the order of the sorted rows.)
+ */
+static void
+check_units_whole(LfMapping *m, List *units, TidSet *claimed)
+{
+	ListCell   *lc;
+
+	foreach(lc, units)
+	{
+		LfUnit	   *u = lfirst(lc);
+		int			got = 0,
+					want = 0;
+
+		for (int i = 0; i < m->ninputs; i++)
+			for (int j = 0; j < u->n[i]; j++)
+			{
+				want++;
+				if (claimed[i].n > 0 &&
+					bsearch(&u->tids[i][j], claimed[i].tids, claimed[i].n,
+							sizeof(ItemPointerData), tid_cmp) != NULL)
+					got++;
+			}
+		if (got > 0 && got < want)
+			ereport(ERROR,
+					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+					 errmsg("could not serialize access due to concurrent update"),
+					 errdetail("A row of a group or join key being migrated was corrected or quarantined meanwhile.")));
+	}
+}
+
+/*
  * The units of the given rows of input (a statement's step): every row of
  * them claimed, waiting, in the order of the inputs and of ctids, then
  * copied.  Returns the rows migrated.
@@ -1073,6 +1115,7 @@ migrate_units(LfMigration *mig, LfMapping *m, Oid input, ItemPointer tids, int n
 		table_close(rel, NoLock);
 		n += claimed[i].n;
 	}
+	check_units_whole(m, units, claimed);
 	if (n > 0)
 	{
 		if (claimed[from].n > 0)

@@ -225,3 +225,59 @@ def test_group_key_not_corrected(make_cluster):
         assert rows == [(0, sum(g for g in range(1, 31) if g % 3 == 0) + 1000),
                         (1, sum(g for g in range(1, 31) if g % 3 == 1)),
                         (2, sum(g for g in range(1, 31) if g % 3 == 2))]
+
+
+def test_correction_during_a_claim_never_splits_a_group(make_cluster):
+    """A statement that migrates a group claims its rows in ctid order,
+    waiting like DELETE.  A correction of a later row of the group
+    (an UPDATE of the retired row, to a new ctid) committing while the
+    statement waits for that row used to leave the statement with the group
+    minus that row: it computed the group from the rest, and the next round
+    added the corrected row as a second group.  Now the statement fails with
+    40001, and its retry computes the whole group."""
+    import threading
+    needs_real_extension()
+    c = make_cluster(**{"leapfrog.background": "off", "leapfrog.read_mode": "migrate"})
+    c.create_database("frsplit")
+    with c.connect("frsplit") as a, c.connect("frsplit") as b:
+        a.execute("CREATE TABLE sale (id int PRIMARY KEY, cust int NOT NULL, amt int NOT NULL)")
+        a.execute("CREATE INDEX ON sale (cust)")
+        a.execute("INSERT INTO sale SELECT g, g % 3, g FROM generate_series(1, 30) g")
+        # no primary key on the new table: a second row for a group would be
+        # accepted, as it would be eagerly, and the test sees it
+        a.execute("""SELECT leapfrog.start('totals', $$
+            CREATE TABLE total (cust int NOT NULL, amt bigint NOT NULL);
+            INSERT INTO total SELECT cust, sum(amt) FROM sale GROUP BY cust;
+            DROP TABLE sale;
+        $$)""")
+        # group 0: ids 3, 6, ..., 30 at ctids (0,3), (0,6), ...; correct id 6
+        a.execute("BEGIN")
+        a.execute("SELECT leapfrog.correct_row('totals', 'public.sale', '(0,6)', "
+                  "'{\"amt\": 1006}')")
+        b_pid = b.execute("SELECT pg_backend_pid()").fetchone()[0]
+        outcome = {}
+
+        def read_group():
+            try:
+                outcome["rows"] = b.execute("SELECT amt FROM total WHERE cust = 0").fetchall()
+            except psycopg.Error as e:
+                outcome["error"] = e
+
+        t = threading.Thread(target=read_group)
+        t.start()
+        # (polled from a connection of its own: a transaction sees one
+        # snapshot of pg_stat_activity)
+        wait_until(lambda: c.sql("SELECT wait_event_type FROM pg_stat_activity "
+                                 "WHERE pid = %s", [b_pid], dbname="frsplit")[0][0] == "Lock",
+                   30, what="the reader to wait for the corrected row")
+        a.execute("COMMIT")
+        t.join(60)
+        assert isinstance(outcome.get("error"), psycopg.errors.SerializationFailure), outcome
+        expected = sum(g for g in range(3, 31, 3)) - 6 + 1006
+        assert b.execute("SELECT amt FROM total WHERE cust = 0").fetchall() == [(expected,)]
+        a.execute("SELECT leapfrog.complete('totals')")
+        assert a.execute("SELECT cust, count(*), sum(amt) FROM total GROUP BY cust "
+                         "ORDER BY cust").fetchall() == [
+            (0, 1, expected),
+            (1, 1, sum(g for g in range(1, 31) if g % 3 == 1)),
+            (2, 1, sum(g for g in range(1, 31) if g % 3 == 2))]
