@@ -190,6 +190,17 @@ lf_describe_units(LfMapping *m)
 		}
 		if (m->nkeys == 0)
 			return "a join without an equality between a column of each table";
+
+		/*
+		 * A unit's rows are looked up with one scan key per key column
+		 * (lookup_rows): a column in two equalities ("a.x = b.y AND a.x =
+		 * b.z") would need two keys on one index column.
+		 */
+		for (int i = 0; i < 2; i++)
+			for (int k = 0; k < m->nkeys; k++)
+				for (int j = k + 1; j < m->nkeys; j++)
+					if (m->keys[i][k] == m->keys[i][j])
+						return "a join that equates one column with two (or one twice)";
 		return NULL;
 	}
 	m->rtis[0] = 1;

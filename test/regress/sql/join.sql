@@ -153,6 +153,11 @@ SELECT leapfrog.start('bad', $$
 $$);
 SELECT leapfrog.start('bad', $$
   CREATE TABLE d (a int, b int);
+  INSERT INTO d SELECT a.v, b.v FROM a JOIN b ON a.id = b.id AND a.id = b.k;
+  DROP TABLE a; DROP TABLE b;
+$$);
+SELECT leapfrog.start('bad', $$
+  CREATE TABLE d (a int, b int);
   INSERT INTO d SELECT a.v, b.v FROM a FULL JOIN b ON a.id = b.id;
   DROP TABLE a; DROP TABLE b;
 $$);
