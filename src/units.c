@@ -49,6 +49,7 @@
 #include "utils/fmgroids.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
+#include "utils/syscache.h"
 
 /* A column of rtindex rti, under binary-compatible relabelling; or NULL. */
 static Var *
@@ -279,6 +280,7 @@ typedef struct UnitPlan
 {
 	int			mapping_id;		/* hash key */
 	bool		ready;
+	Oid			inputs[2];		/* of the mapping the plan was made for */
 	KeyLookup	lookup[2][2];	/* [input][from] */
 } UnitPlan;
 
@@ -384,6 +386,25 @@ lf_unit_index(LfMapping *m, int i)
 	return idx;
 }
 
+/*
+ * A plan kept from earlier is for this mapping (ids start again after the
+ * extension is dropped and created) and its indexes still exist (REINDEX
+ * CONCURRENTLY, of the database say, gives an index a new OID).
+ */
+static bool
+unit_plan_current(LfMapping *m, UnitPlan *up)
+{
+	for (int i = 0; i < m->ninputs; i++)
+	{
+		if (up->inputs[i] != m->inputs[i])
+			return false;
+		for (int from = 0; from < m->ninputs; from++)
+			if (!SearchSysCacheExists1(RELOID, ObjectIdGetDatum(up->lookup[i][from].index)))
+				return false;
+	}
+	return true;
+}
+
 static UnitPlan *
 unit_plan(LfMapping *m)
 {
@@ -399,9 +420,11 @@ unit_plan(LfMapping *m)
 		unit_plans = hash_create("leapfrog units", 16, &ctl, HASH_ELEM | HASH_BLOBS);
 	}
 	up = hash_search(unit_plans, &m->id, HASH_ENTER, &found);
-	if (found && up->ready)
+	if (found && up->ready && unit_plan_current(m, up))
 		return up;
 	up->ready = false;
+	up->inputs[0] = m->inputs[0];
+	up->inputs[1] = m->ninputs > 1 ? m->inputs[1] : InvalidOid;
 	for (i = 0; i < m->ninputs; i++)
 		for (from = 0; from < m->ninputs; from++)
 			if (!OidIsValid(find_key_index(m, i, from, &up->lookup[i][from])))
