@@ -306,6 +306,29 @@ database_exists(Oid dboid)
 }
 
 /*
+ * A slot's worker that this launcher did not start: one a launcher before it
+ * started (the launcher is restarted after an error, and its handles die
+ * with it).  Gone when its process is (a worker that exits on an error
+ * leaves its pid for the launcher: worker_exit), or when it was still being
+ * launched LF_ADOPT_LAUNCH_MS after this launcher began (a registered worker
+ * starts within milliseconds, or not at all).
+ */
+static TimestampTz launcher_began = 0;
+
+#define LF_ADOPT_LAUNCH_MS 30000
+
+static bool
+adopted_worker_gone(pid_t pid)
+{
+	if (pid > 0)
+		return kill(pid, 0) != 0 && errno == ESRCH;
+	if (pid == -1)
+		return TimestampDifferenceExceeds(launcher_began, GetCurrentTimestamp(),
+										  LF_ADOPT_LAUNCH_MS);
+	return false;
+}
+
+/*
  * Reap the workers that have exited.  One that exited without clearing its
  * slot (it failed to connect, or exited on an error: worker_exit) gets its
  * slot and busy bits cleared here, and is launched again no sooner than
@@ -323,19 +346,31 @@ reap_workers(void)
 		{
 			LfSlot	   *s = &lf_shared->slots[i];
 			pid_t		pid;
+			pid_t		adopted = 0;
 			bool		gone;
 			int			c;
 
-			if (handles[i][k] == NULL ||
-				GetBackgroundWorkerPid(handles[i][k], &pid) != BGWH_STOPPED)
+			if (handles[i][k] == NULL)
+			{
+				LWLockAcquire(lf_shared->lock, LW_SHARED);
+				adopted = s->pid[k];
+				LWLockRelease(lf_shared->lock);
+				if (!adopted_worker_gone(adopted))
+					continue;
+			}
+			else if (GetBackgroundWorkerPid(handles[i][k], &pid) != BGWH_STOPPED)
 				continue;
-			pfree(handles[i][k]);
-			handles[i][k] = NULL;
+			else
+			{
+				pfree(handles[i][k]);
+				handles[i][k] = NULL;
+			}
 			gone = !database_exists(s->dboid);
 			elog(DEBUG1, "leapfrog: worker %d of database %u exited%s",
 				 k, s->dboid, s->pid[k] != 0 ? " without clearing its slot" : "");
 			LWLockAcquire(lf_shared->lock, LW_EXCLUSIVE);
-			if (s->pid[k] != 0)
+			/* (an adopted slot's worker may have started meanwhile) */
+			if (s->pid[k] != 0 && (adopted == 0 || s->pid[k] == adopted))
 			{
 				s->pid[k] = 0;
 				for (c = 0; c < LF_MAX_CURSORS; c++)
@@ -358,6 +393,7 @@ lf_launcher_main(Datum arg)
 	BackgroundWorkerInitializeConnection(NULL, NULL, 0);
 
 	lf_shared->launcher_latch = MyLatch;
+	launcher_began = GetCurrentTimestamp();
 	want_all_databases();
 
 	for (;;)
@@ -761,6 +797,19 @@ batch_work(Batch *b, LfMigration *mig)
 		b->waiting = true;		/* another worker finishes the pass and checks it */
 }
 
+/*
+ * An error that says nothing about the rows: a lock or serialization
+ * conflict, a cancel.  The rows stay for a later batch.
+ */
+static bool
+transient_error(ErrorData *e)
+{
+	return e->sqlerrcode == ERRCODE_T_R_SERIALIZATION_FAILURE ||
+		e->sqlerrcode == ERRCODE_T_R_DEADLOCK_DETECTED ||
+		e->sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE ||
+		e->sqlerrcode == ERRCODE_QUERY_CANCELED;
+}
+
 /* A batch in a transaction of its own; its errors are logged, not thrown. */
 static void
 run_batch(Batch *b)
@@ -793,10 +842,7 @@ run_batch(Batch *b)
 		b->analyze = NIL;
 		b->more = false;
 		b->waiting = false;
-		b->failed = (edata->sqlerrcode != ERRCODE_T_R_SERIALIZATION_FAILURE &&
-					 edata->sqlerrcode != ERRCODE_T_R_DEADLOCK_DETECTED &&
-					 edata->sqlerrcode != ERRCODE_LOCK_NOT_AVAILABLE &&
-					 edata->sqlerrcode != ERRCODE_QUERY_CANCELED);
+		b->failed = !transient_error(edata);
 		ereport(LOG,
 				(errmsg("leapfrog: background batch failed: %s", edata->message)));
 	}
@@ -894,7 +940,16 @@ fail_on_bad_row(Batch *b)
 			e = lf_abort_with_error(TopMemoryContext, false, NULL);
 		}
 		PG_END_TRY();
-		if (e)
+		if (e && transient_error(e))
+		{
+			/* a conflict with another transaction: the row stays for later */
+			ereport(LOG,
+					(errmsg("leapfrog: input row (%u,%u) of %s left for a later batch: %s",
+							ItemPointerGetBlockNumberNoCheck(tid),
+							ItemPointerGetOffsetNumberNoCheck(tid), iname, e->message)));
+			FreeErrorData(e);
+		}
+		else if (e)
 		{
 			char	   *msg = psprintf("input row (%u,%u) of %s: %s",
 									   ItemPointerGetBlockNumberNoCheck(tid),

@@ -160,3 +160,68 @@ def test_worker_that_missed_a_reload_reads_it_through_the_launcher(make_cluster)
             "the workers kept leapfrog.background = off after the launcher's reload"
         n, d = conn.execute("SELECT count(*), count(DISTINCT id) FROM a_v2").fetchone()
         assert (n, d) == (2000, 2000)
+
+
+def _launcher_pid(conn):
+    row = conn.execute("SELECT pid FROM pg_stat_activity "
+                       "WHERE backend_type = 'leapfrog launcher'").fetchone()
+    return row[0] if row else None
+
+
+def test_workers_of_a_restarted_launcher_are_launched_again(make_cluster):
+    """The launcher is restarted after an error (here: pg_terminate_backend),
+    and its record of the workers it started dies with it.  The workers it
+    left keep running; one that then exits on an error leaves its pid for
+    the launcher (worker_exit).  The new launcher used to have no handle for
+    it, never cleared the slot, and its database never got that worker
+    again: the migration stopped."""
+    needs_real_extension()
+    c = make_cluster(**{"leapfrog.background": "on", "leapfrog.background_delay": 0,
+                        "leapfrog.batch_size": 100, "leapfrog.background_naptime": 300})
+    c.create_database("app")
+    with c.connect("app") as conn:
+        _start(conn, "a", "a_v2", rows=20000)
+        wait_until(lambda: _remaining(conn, "a_v2") < 20000, 30, what="the workers to begin")
+        old_launcher = _launcher_pid(conn)
+        conn.execute("SELECT pg_terminate_backend(%s)", [old_launcher])
+        wait_until(lambda: _launcher_pid(conn) not in (None, old_launcher), 30,
+                   what="the launcher to be restarted")
+        killed = _worker_pids(conn, "app")
+        assert killed, "the workers exited with the launcher"
+        for pid in killed:
+            conn.execute("SELECT pg_terminate_backend(%s)", [pid])
+        wait_until(lambda: _worker_pids(conn, "app") - killed, 30,
+                   what="a worker launched by the new launcher")
+        c.set_gucs(**{"leapfrog.background_naptime": 0})
+        c.sql("SELECT pg_reload_conf()")
+        _assert_completed(conn, "a_v2", 20000,
+                          "the migration did not complete after the launcher restarted")
+
+
+def test_finished_input_row_naming_a_user_table_never_drops_it(make_cluster):
+    """A finished migration's input row outlives its retired table; after the
+    OIDs wrap around its OID may name a user's table.  The workers drop the
+    retired tables that completions left behind, by those rows: they must
+    drop only tables still in leapfrog_retired.  Simulated by pointing a
+    finished migration's row at a user table."""
+    needs_real_extension()
+    c = make_cluster(**{"leapfrog.background": "on", "leapfrog.background_delay": 0})
+    c.create_database("app")
+    with c.connect("app") as conn:
+        _start(conn, "a", "a_v2")
+        _assert_completed(conn, "a_v2", 2000, "the first migration did not complete")
+        conn.execute("CREATE TABLE precious (id int PRIMARY KEY)")
+        conn.execute("INSERT INTO precious SELECT generate_series(1, 10)")
+        conn.execute("INSERT INTO leapfrog.input (migration_id, relid, orig_name) "
+                     "SELECT id, 'public.precious'::regclass, 'public.gone' "
+                     "FROM leapfrog.migration WHERE name = 'a_v2'")
+        # A second migration's workers look for leftovers, and again before
+        # they exit once it is done.
+        _start(conn, "b", "b_v2")
+        _assert_completed(conn, "b_v2", 2000, "the second migration did not complete")
+        wait_until(lambda: not _worker_pids(conn, "app"), 60, what="the workers to exit")
+        assert conn.execute("SELECT count(*) FROM precious").fetchone()[0] == 10
+        # the retired tables of both migrations are gone
+        assert conn.execute("SELECT count(*) FROM pg_class c JOIN pg_namespace n "
+                            "ON n.oid = c.relnamespace WHERE n.nspname = 'leapfrog_retired' "
+                            "AND c.relkind = 'r'").fetchone()[0] == 0
