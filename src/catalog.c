@@ -662,6 +662,19 @@ lf_catalog_add_input(int migration_id, Oid relid, const char *orig_name, bool in
 	CStringGetTextDatum(orig_name), BoolGetDatum(in_place)};
 
 	spi_connect();
+
+	/*
+	 * A finished migration's row for this OID is stale: its retired table
+	 * was dropped, or the OID could not name a table again (OIDs wrap
+	 * around).  It goes, with its mapping rows, so that the OID is this
+	 * migration's input only.
+	 */
+	catalog_sql("DELETE FROM leapfrog.input i USING leapfrog.migration m "
+				"WHERE i.relid OPERATOR(pg_catalog.=) $2 "
+				"AND m.id OPERATOR(pg_catalog.=) i.migration_id "
+				"AND m.state OPERATOR(pg_catalog.=) 'done' "
+				"AND $1 OPERATOR(pg_catalog.<>) i.migration_id",
+				2, types, values, false, SPI_OK_DELETE);
 	catalog_sql("INSERT INTO leapfrog.input (migration_id, relid, orig_name, in_place) "
 				"VALUES ($1, $2, $3, $4)", 4, types, values, false, SPI_OK_INSERT);
 	SPI_finish();
@@ -818,7 +831,12 @@ lf_catalog_progress_sum(int migration_id)
 	return sum;
 }
 
-/* Retired tables of finished migrations that still exist, in cxt. */
+/*
+ * Retired tables of finished migrations that still exist, in cxt: those
+ * still in leapfrog_retired.  An input row outlives its table, and after
+ * the OIDs wrap around its OID may name a user's table (lf_drop_retired
+ * checks the schema again under its lock).
+ */
 List *
 lf_catalog_done_inputs(MemoryContext cxt)
 {
@@ -830,7 +848,9 @@ lf_catalog_done_inputs(MemoryContext cxt)
 				"ON m.id OPERATOR(pg_catalog.=) i.migration_id "
 				"WHERE m.state OPERATOR(pg_catalog.=) 'done' "
 				"AND EXISTS (SELECT 1 FROM pg_catalog.pg_class c "
-				"WHERE c.oid OPERATOR(pg_catalog.=) i.relid)",
+				"JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace "
+				"WHERE c.oid OPERATOR(pg_catalog.=) i.relid "
+				"AND n.nspname OPERATOR(pg_catalog.=) 'leapfrog_retired')",
 				0, NULL, NULL, false, SPI_OK_SELECT);
 	for (i = 0; i < SPI_processed; i++)
 	{

@@ -140,8 +140,17 @@ lf_drop_retired(List *relids)
 
 		if (!ConditionalLockRelationOid(relid, AccessExclusiveLock))
 			continue;
-		if (!OidIsValid(get_rel_namespace(relid)))
-			continue;			/* dropped meanwhile */
+
+		/*
+		 * Dropped meanwhile, or the OID now names a table outside
+		 * leapfrog_retired (OIDs wrap around): not ours to drop.
+		 */
+		if (get_rel_namespace(relid) != lf_retired_namespace() ||
+			!OidIsValid(lf_retired_namespace()))
+		{
+			UnlockRelationOid(relid, AccessExclusiveLock);
+			continue;
+		}
 		lf_retired_join_extension(relid, false);
 		CommandCounterIncrement();
 		ObjectAddressSet(addr, RelationRelationId, relid);

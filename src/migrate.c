@@ -158,6 +158,27 @@ tidset_sort_unique(TidSet *set)
  */
 static bool running_own_plan = false;
 
+/*
+ * The plans here are kept per backend, outside the plan cache, which would
+ * lock their relations before each execution: lock them as it would, or a
+ * step could insert into a target that a VACUUM FULL or CLUSTER is
+ * rewriting (the new rows would be lost with the old file).  Held to the
+ * end of the transaction, as a statement's locks are.
+ */
+static void
+lock_plan_relations(PlannedStmt *ps)
+{
+	ListCell   *lc;
+
+	foreach(lc, ps->rtable)
+	{
+		RangeTblEntry *rte = lfirst_node(RangeTblEntry, lc);
+
+		if (rte->rtekind == RTE_RELATION && rte->rellockmode != NoLock)
+			LockRelationOid(rte->relid, rte->rellockmode);
+	}
+}
+
 /* Run one plan with the given snapshot and parameters; returns es_processed. */
 static uint64
 run_plan(PlannedStmt *ps, const char *what, Snapshot snap, ParamListInfo params,
@@ -166,6 +187,7 @@ run_plan(PlannedStmt *ps, const char *what, Snapshot snap, ParamListInfo params,
 	QueryDesc  *qd;
 	uint64		n;
 
+	lock_plan_relations(ps);
 	PushActiveSnapshot(snap);
 	qd = CreateQueryDesc(ps, what, snap, InvalidSnapshot, dest, params, NULL, 0);
 	running_own_plan = true;
@@ -487,8 +509,26 @@ unit_step_query(LfMapping *m)
 
 static HTAB *step_plans = NULL;
 
+static StepPlan *build_step_plan(LfMigration *mig, Oid input);
+
+/*
+ * The step plans of input, with their targets locked: before any row is
+ * claimed, so that a claimer never holds rows while it waits for a lock on
+ * a target (a session holding a SHARE lock on one, say).
+ */
 static StepPlan *
 step_plan(LfMigration *mig, Oid input)
+{
+	StepPlan   *sp = build_step_plan(mig, input);
+	ListCell   *lc;
+
+	foreach(lc, sp->inserts)
+		lock_plan_relations(lfirst_node(PlannedStmt, lc));
+	return sp;
+}
+
+static StepPlan *
+build_step_plan(LfMigration *mig, Oid input)
 {
 	StepKey		key = {mig->id, input};
 	StepPlan   *sp;

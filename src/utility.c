@@ -6,8 +6,10 @@
  * writes the table directly (creating key conflicts with unmigrated rows),
  * TRUNCATE would let the unmigrated rows come back,
  * ALTER TABLE changes the columns the stored mappings rely on, DROP would
- * lose the data; a trigger or rule would act on rows migrated later, which
- * eager would never have shown it.  They are refused, with every other DDL
+ * lose the data, CLUSTER and VACUUM FULL renumber the retired rows (their
+ * ctids are the to-do list; the forms without a table list too); a trigger
+ * or rule would act on rows migrated later, which eager would never have
+ * shown it.  They are refused, with every other DDL
  * on the new tables and on the retired ones (RENAME, CREATE INDEX, CREATE
  * POLICY), until the migration is done.
  *
@@ -23,6 +25,7 @@
 #include "access/table.h"
 #include "nodes/makefuncs.h"
 #include "utils/rel.h"
+#include "commands/defrem.h"
 #include "commands/extension.h"
 #include "tcop/utility.h"
 #include "utils/lsyscache.h"
@@ -71,6 +74,28 @@ check_relation(RangeVar *rv, const char *what)
 		lf_refuse_if_migrating(relid, rv->relname, what);
 }
 
+/*
+ * The forms without a table list (VACUUM FULL, CLUSTER) would rewrite the
+ * retired tables, whose ctids are the migration's to-do list, and the new
+ * tables: refused while a migration runs in this database.
+ */
+static void
+refuse_every_table(const char *what)
+{
+	LfMigration *mig;
+
+	if (!lf_any_active())
+		return;
+	mig = linitial(lf_active);
+	ereport(ERROR,
+			(errcode(ERRCODE_OBJECT_IN_USE),
+			 errmsg("cannot run %s on every table while leapfrog migration \"%s\" is running",
+					what, mig->name),
+			 errdetail("It would rewrite the tables the migration reads and fills."),
+			 errhint("Name the tables to process, or wait with SELECT leapfrog.wait('%s').",
+					 mig->name)));
+}
+
 static void
 check_utility(Node *stmt)
 {
@@ -105,18 +130,25 @@ check_utility(Node *stmt)
 			check_relation(((CopyStmt *) stmt)->relation, "COPY");
 			break;
 		case T_ClusterStmt:
+			if (((ClusterStmt *) stmt)->relation == NULL)
+				refuse_every_table("CLUSTER");
 			check_relation(((ClusterStmt *) stmt)->relation, "cluster");
 			break;
 		case T_VacuumStmt:
-			foreach(lc, ((VacuumStmt *) stmt)->rels)
 			{
-				ListCell   *o;
+				VacuumStmt *v = (VacuumStmt *) stmt;
+				bool		full = false;
 
-				foreach(o, ((VacuumStmt *) stmt)->options)
-					if (strcmp(((DefElem *) lfirst(o))->defname, "full") == 0)
+				foreach(lc, v->options)
+					if (strcmp(((DefElem *) lfirst(lc))->defname, "full") == 0)
+						full = defGetBoolean(lfirst(lc));
+				if (full && v->rels == NIL)
+					refuse_every_table("VACUUM FULL");
+				if (full)
+					foreach(lc, v->rels)
 						check_relation(((VacuumRelation *) lfirst(lc))->relation, "VACUUM FULL");
+				break;
 			}
-			break;
 		case T_DropStmt:
 			{
 				DropStmt   *d = (DropStmt *) stmt;

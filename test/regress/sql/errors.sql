@@ -179,6 +179,10 @@ TRUNCATE src;
 DROP TABLE src;
 COPY src FROM '/dev/null';
 -- (COPY src TO is allowed: it computes the rows not migrated, see compute.sql)
+-- ... and the forms without a table list, which would rewrite them too.
+VACUUM FULL;
+VACUUM (FULL, ANALYZE);
+CLUSTER;
 -- ... and on the retired table.
 SELECT public.regress_on_rel('ALTER TABLE %s ADD COLUMN x int', :src_oid);
 SELECT public.regress_on_rel('ALTER TABLE %s RENAME TO ' || (SELECT quote_ident(relname) FROM pg_class WHERE oid = :src_oid), :src_oid);
@@ -193,6 +197,25 @@ SELECT * FROM public.regress_shape('er.src');
 -- DDL on other tables is not affected.
 ALTER TABLE other ADD COLUMN z int;
 ALTER TABLE other DROP COLUMN z;
+VACUUM (FULL) other;
+VACUUM;
+-- A step locks the new tables it fills, as a statement on them would: a
+-- VACUUM FULL or CLUSTER of one must not rewrite it under the insert.
+CREATE TABLE split_src (id int PRIMARY KEY, a int, b int);
+INSERT INTO split_src SELECT g, g, g FROM generate_series(1, 5) g;
+SELECT leapfrog.start('er_locks', $$
+  CREATE TABLE half_a (id int PRIMARY KEY, a int);
+  CREATE TABLE half_b (id int PRIMARY KEY, b int);
+  INSERT INTO half_a SELECT id, a FROM split_src;
+  INSERT INTO half_b SELECT id, b FROM split_src;
+  DROP TABLE split_src;
+$$);
+BEGIN;
+SELECT a FROM half_a WHERE id = 1;
+SELECT relation::regclass AS rel, mode FROM pg_locks
+ WHERE pid = pg_backend_pid() AND relation = 'half_b'::regclass AND granted;
+COMMIT;
+SELECT leapfrog.complete('er_locks');
 SELECT leapfrog.complete('er_dup');
 \set VERBOSITY sqlstate
 SELECT leapfrog.start('er_dup', $$
@@ -205,6 +228,25 @@ SELECT to_regclass('er.other') = :other_oid AS other_in_place, to_regclass('er.o
 -- Once done, the new table takes DDL again.
 ALTER TABLE src ADD COLUMN x int;
 SELECT count(*), count(x) FROM src;
+-- A finished migration's input row outlives its retired table; OIDs wrap
+-- around, and its OID may come to name another table.  Simulated here: a
+-- row of er_locks naming a table that a new migration then retires.  The
+-- new start() takes the OID over (it failed on the duplicate key), and
+-- nothing drops a table outside leapfrog_retired by that OID.
+CREATE TABLE reused (id int PRIMARY KEY);
+INSERT INTO reused VALUES (1), (2);
+INSERT INTO leapfrog.input (migration_id, relid, orig_name)
+SELECT id, 'er.reused'::regclass, 'er.gone' FROM leapfrog.migration WHERE name = 'er_locks';
+SELECT leapfrog.start('er_reuse', $$
+  CREATE TABLE reused2 (id bigint PRIMARY KEY);
+  INSERT INTO reused2 SELECT id FROM reused;
+  DROP TABLE reused;
+$$);
+SELECT m.name FROM leapfrog.input i JOIN leapfrog.migration m ON m.id = i.migration_id
+ WHERE i.relid = (SELECT relid FROM leapfrog.input i2 JOIN leapfrog.migration m2
+                   ON m2.id = i2.migration_id WHERE m2.name = 'er_reuse');
+SELECT leapfrog.complete('er_reuse');
+SELECT count(*) FROM reused2;
 SELECT name, state FROM leapfrog.migrations WHERE name LIKE 'er\_%' ORDER BY name;
 -- An error after start() in the same PL/pgSQL block is an ordinary error
 -- (start() used to leave the error stack pointing into its own finished
