@@ -523,7 +523,13 @@ statement_relevance(Query *level, int o, List *occ, RelCtx *cx)
 
 		if (x == o)
 			continue;
-		if (nothers == 8)
+
+		/*
+		 * Another new table's occurrence is swapped for its mapping too: a
+		 * system column or whole row of it has no counterpart there (ctid
+		 * failed to plan; a whole row got the mapping's extra columns).
+		 */
+		if (nothers == 8 || has_outer_or_bad_refs((Node *) level->jointree, x))
 		{
 			ok = false;
 			break;

@@ -55,6 +55,16 @@ SELECT c_id, c_name FROM customer_public WHERE c_city = 'Oslo' ORDER BY c_id;
 SELECT leapfrog.remaining('split');
 SELECT c_id FROM customer_public WHERE c_city = 'Rome';
 SELECT leapfrog.remaining('split');
+-- A join of both halves with a system column or a whole row of the other
+-- half: relevance falls back to each occurrence's own filter (the ctid used
+-- to fail to plan, and the whole row got the mapping's extra columns).  A
+-- filter on the new table's ctid says nothing of the input's rows: the
+-- first statement migrates every row left.
+SELECT pub.c_id, pub.c_name FROM customer_public pub JOIN customer_private pri USING (c_id)
+ WHERE pub.c_id = 10 AND pri.ctid IS NOT NULL;
+SELECT pub.c_id, (pri).c_balance FROM customer_public pub JOIN customer_private pri USING (c_id)
+ WHERE pub.c_id = 11 AND (pri).c_id = 11;
+SELECT leapfrog.remaining('split');
 -- A statement that needs every row migrates the rest.
 SELECT count(*), sum(c_balance) FROM customer_private;
 SELECT leapfrog.remaining('split');
