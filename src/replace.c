@@ -768,6 +768,23 @@ using_reads_retyped(LfReplacement *r, Node *raw, bool *retyped_before)
  * renamed before it), and a column takes one type change per script (eager
  * would apply both casts in turn).
  */
+/* Whether stmt adds a column named name. */
+static bool
+added_here(AlterTableStmt *stmt, const char *name)
+{
+	ListCell   *lc;
+
+	foreach(lc, stmt->cmds)
+	{
+		AlterTableCmd *cmd = lfirst(lc);
+
+		if (cmd->subtype == AT_AddColumn &&
+			strcmp(((ColumnDef *) cmd->def)->colname, name) == 0)
+			return true;
+	}
+	return false;
+}
+
 void
 lf_replace_note(LfReplacement *r, AlterTableStmt *stmt)
 {
@@ -795,6 +812,12 @@ lf_replace_note(LfReplacement *r, AlterTableStmt *stmt)
 		if (cmd->subtype != AT_AlterColumnType)
 			continue;
 		attnum = get_attnum(r->clone, cmd->name);
+		if (((ColumnDef *) cmd->def)->raw_default &&
+			(attnum > r->nsource || added_here(stmt, cmd->name)))
+			refuse(errmsg("ALTER COLUMN ... TYPE ... USING on column \"%s\" that the script added to table \"%s\"",
+						  cmd->name, r->relname),
+				   errdetail("The mapping gives the existing rows the value ADD COLUMN gave them, converted to the column's type; eagerly the USING expression computes it."),
+				   errhint("Add the column with its final type and default."));
 		if (attnum == InvalidAttrNumber || attnum > r->nsource)
 			continue;			/* PostgreSQL reports it, or a column the script added */
 		if (r->retyped[attnum - 1])

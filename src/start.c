@@ -56,6 +56,7 @@
 #include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
+#include "utils/fmgrprotos.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
@@ -337,6 +338,10 @@ check_mapping_input(StartState *st, RangeTblEntry *in)
 		refuse(errmsg("table \"%s\" is already under migration", get_rel_name(in->relid)));
 	if (get_rel_persistence(in->relid) == RELPERSISTENCE_TEMP)
 		refuse(errmsg("mapping input \"%s\" is a temporary table", get_rel_name(in->relid)));
+	/* every step and every computing read would draw a sample of its own */
+	if (in->tablesample != NULL)
+		refuse(errmsg("TABLESAMPLE is not supported in a mapping"),
+			   errhint("Copy the sample into a table first, and map that table."));
 	in->inh = false;
 }
 
@@ -714,6 +719,17 @@ add_mapping(StartState *st, RawStmt *rs)
 	}
 }
 
+/*
+ * The table that CREATE TABLE rv would find already there (IF NOT EXISTS
+ * then does nothing), as PostgreSQL looks for it: in the schema it would
+ * create the table in.
+ */
+static Oid
+table_to_create(RangeVar *rv)
+{
+	return get_relname_relid(rv->relname, RangeVarGetCreationNamespace(rv));
+}
+
 /* CREATE TABLE new AS SELECT ...: create it empty, then map into it. */
 static void
 add_ctas(StartState *st, RawStmt *rs)
@@ -725,6 +741,11 @@ add_ctas(StartState *st, RawStmt *rs)
 
 	if (ctas->objtype != OBJECT_TABLE)
 		refuse(errmsg("CREATE MATERIALIZED VIEW is not supported in a leapfrog script"));
+	if (ctas->if_not_exists && OidIsValid(table_to_create(ctas->into->rel)))
+	{
+		run_stmt(st, rs);		/* its NOTICE; eagerly it inserts nothing */
+		return;
+	}
 	((CreateTableAsStmt *) copy->stmt)->into->skipData = true;
 	run_stmt(st, copy);
 	relid = RangeVarGetRelid(ctas->into->rel, NoLock, false);
@@ -766,6 +787,35 @@ collect_relations(Node *node, List **relids)
 	return expression_tree_walker(node, collect_relations, (void *) relids);
 }
 
+/* Rows the transaction has inserted, updated or deleted in relid so far. */
+static int64
+xact_changes(Oid relid)
+{
+	Datum		r = ObjectIdGetDatum(relid);
+
+	return DatumGetInt64(DirectFunctionCall1(pg_stat_get_xact_tuples_inserted, r)) +
+		DatumGetInt64(DirectFunctionCall1(pg_stat_get_xact_tuples_updated, r)) +
+		DatumGetInt64(DirectFunctionCall1(pg_stat_get_xact_tuples_deleted, r));
+}
+
+/* The inputs and targets of the script's mappings so far. */
+static List *
+mapped_tables(StartState *st)
+{
+	List	   *relids = NIL;
+	ListCell   *lc;
+
+	foreach(lc, st->mappings)
+	{
+		PendingMapping *pm = lfirst(lc);
+
+		for (int i = 0; i < pm->ninputs; i++)
+			relids = list_append_unique_oid(relids, pm->inputs[i]);
+		relids = list_append_unique_oid(relids, pm->target);
+	}
+	return relids;
+}
+
 /*
  * A data statement (INSERT ... VALUES, UPDATE, DELETE: version tables of
  * migration tools, rows of a new lookup table) runs as written, where it
@@ -781,6 +831,8 @@ do_data_stmt(StartState *st, RawStmt *rs, List *queries)
 {
 	List	   *writes = NIL;
 	List	   *reads = NIL;
+	List	   *watched;
+	int64	   *before;
 	ListCell   *lc,
 			   *lc2;
 
@@ -823,9 +875,26 @@ do_data_stmt(StartState *st, RawStmt *rs, List *queries)
 						  get_rel_name(lfirst_oid(lc))),
 				   errdetail("Its rows move after start(). Statement: %s", stmt_text(st, rs)),
 				   errhint("Put the statement before the ALTER TABLE, or run it after start()."));
+	watched = mapped_tables(st);
+	before = palloc(sizeof(int64) * Max(list_length(watched), 1));
+	foreach(lc, watched)
+		before[foreach_current_index(lc)] = xact_changes(lfirst_oid(lc));
 	if (SPI_execute(stmt_text(st, rs), false, 0) < 0)
 		elog(ERROR, "leapfrog: data statement failed");
 	CommandCounterIncrement();
+
+	/*
+	 * The checks above see the statement's own tables only; a foreign key's
+	 * action (ON DELETE CASCADE into an input) or a trigger can change a
+	 * mapping's table too.  The transaction's row counts tell.
+	 */
+	foreach(lc, watched)
+		if (xact_changes(lfirst_oid(lc)) != before[foreach_current_index(lc)])
+			refuse(errmsg("statement changes table \"%s\" after a mapping that reads or fills it, through a trigger or a foreign key action",
+						  get_rel_name(lfirst_oid(lc))),
+				   errdetail("The mapping's rows move after start(). Statement: %s",
+							 stmt_text(st, rs)),
+				   errhint("Put the statement before the mapping, or run it after start()."));
 }
 
 /* ---------------------------------------------------------------------
@@ -1415,11 +1484,19 @@ run_script(StartState *st)
 		switch (nodeTag(rs->stmt))
 		{
 			case T_CreateStmt:
-				run_stmt(st, rs);
-				remember_oid(st, &st->created,
-							 RangeVarGetRelid(((CreateStmt *) rs->stmt)->relation,
-											  NoLock, false));
-				break;
+				{
+					CreateStmt *cs = (CreateStmt *) rs->stmt;
+
+					/* IF NOT EXISTS on a table already there creates nothing */
+					if (cs->if_not_exists && OidIsValid(table_to_create(cs->relation)))
+					{
+						run_stmt(st, rs);
+						break;
+					}
+					run_stmt(st, rs);
+					remember_oid(st, &st->created, RangeVarGetRelid(cs->relation, NoLock, false));
+					break;
+				}
 			case T_IndexStmt:
 				do_index(st, rs);
 				break;

@@ -21,6 +21,7 @@
 #include "leapfrog.h"
 
 #include "access/xact.h"
+#include "catalog/heap.h"
 #include "catalog/namespace.h"
 #include "access/table.h"
 #include "nodes/makefuncs.h"
@@ -96,6 +97,44 @@ refuse_every_table(const char *what)
 					 mig->name)));
 }
 
+/*
+ * TRUNCATE ... CASCADE also empties the tables whose foreign keys reference
+ * the ones named, and theirs in turn (as ExecuteTruncate finds them): a new
+ * table among them is refused as if named.
+ */
+static void
+check_truncate_cascade(TruncateStmt *stmt)
+{
+	List	   *relids = NIL;
+	List	   *found;
+	ListCell   *lc;
+
+	if (!lf_any_active())
+		return;
+	foreach(lc, stmt->relations)
+	{
+		Oid			relid = RangeVarGetRelid(lfirst(lc), NoLock, true);
+
+		if (OidIsValid(relid))
+			relids = lappend_oid(relids, relid);
+	}
+	while (relids != NIL && (found = heap_truncate_find_FKs(relids)) != NIL)
+	{
+		List	   *added = NIL;
+
+		foreach(lc, found)
+			if (!list_member_oid(relids, lfirst_oid(lc)))
+			{
+				lf_refuse_if_migrating(lfirst_oid(lc), get_rel_name(lfirst_oid(lc)),
+									   "truncate (by CASCADE)");
+				added = lappend_oid(added, lfirst_oid(lc));
+			}
+		if (added == NIL)
+			break;
+		relids = list_concat(relids, added);
+	}
+}
+
 static void
 check_utility(Node *stmt)
 {
@@ -125,6 +164,8 @@ check_utility(Node *stmt)
 		case T_TruncateStmt:
 			foreach(lc, ((TruncateStmt *) stmt)->relations)
 				check_relation(lfirst(lc), "truncate");
+			if (((TruncateStmt *) stmt)->behavior == DROP_CASCADE)
+				check_truncate_cascade((TruncateStmt *) stmt);
 			break;
 		case T_CopyStmt:
 			check_relation(((CopyStmt *) stmt)->relation, "COPY");

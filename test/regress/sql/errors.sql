@@ -264,5 +264,71 @@ END $$;
 SELECT count(*) AS started FROM leapfrog.migrations WHERE name = 'er_after';
 SELECT to_regclass('er.crash') IS NOT NULL AS crash_in_place;
 
+-- CREATE TABLE ... IF NOT EXISTS on a table that exists creates nothing and,
+-- AS SELECT, inserts nothing: no mapping (one used to fill the table), and
+-- the table is not the script's own (an INSERT ... SELECT into it is refused).
+CREATE TABLE kept (id int PRIMARY KEY);
+INSERT INTO kept VALUES (-1);
+SELECT leapfrog.start('er_ine', $$
+  CREATE TABLE IF NOT EXISTS kept AS SELECT id FROM src;
+  CREATE TABLE IF NOT EXISTS kept (id int);
+$$);
+SELECT leapfrog.complete('er_ine');
+SELECT * FROM kept;
+\set VERBOSITY sqlstate
+SELECT leapfrog.start('er_ine2', $$
+  CREATE TABLE IF NOT EXISTS kept (id int);
+  INSERT INTO kept SELECT id FROM src;
+$$);
+-- 0A000: TABLESAMPLE (every step would draw its own sample)
+SELECT leapfrog.start('er_sample', $$
+  CREATE TABLE sample (id int);
+  INSERT INTO sample SELECT id FROM src TABLESAMPLE SYSTEM (50);
+$$);
+\set VERBOSITY default
+-- TRUNCATE ... CASCADE would empty a new table that references the one named.
+CREATE TABLE parent (id int PRIMARY KEY);
+INSERT INTO parent VALUES (1);
+CREATE TABLE child (id int PRIMARY KEY, pid int REFERENCES parent);
+INSERT INTO child VALUES (1, 1);
+SELECT leapfrog.start('er_trunc', $$
+  CREATE TABLE child2 (id bigint PRIMARY KEY, pid int REFERENCES parent);
+  INSERT INTO child2 SELECT id, pid FROM child;
+  DROP TABLE child;
+$$);
+TRUNCATE parent CASCADE;
+SELECT leapfrog.complete('er_trunc');
+SELECT * FROM child2;
+-- 0A000: ALTER COLUMN ... TYPE ... USING of a column the script added to a
+-- table it replaces lazily (the mapping would give the old rows the added
+-- value, not the USING expression's).
+CREATE TABLE wide (id int PRIMARY KEY, v int);
+INSERT INTO wide VALUES (1, 1);
+\set VERBOSITY sqlstate
+SELECT leapfrog.start('er_using', $$
+  CREATE INDEX ON wide (v);
+  ALTER TABLE wide ADD COLUMN c int DEFAULT 5;
+  ALTER TABLE wide ALTER COLUMN c TYPE text USING (c * 2)::text;
+$$);
+SELECT leapfrog.start('er_using', $$
+  CREATE INDEX ON wide (v);
+  ALTER TABLE wide ADD COLUMN c int DEFAULT 5, ALTER COLUMN c TYPE text USING (c * 2)::text;
+$$);
+-- 0A000: a statement after a mapping that changes its input through a
+-- foreign key's action (eagerly the copy had the rows the cascade deletes).
+CREATE TABLE cparent (id int PRIMARY KEY);
+INSERT INTO cparent VALUES (1), (2);
+CREATE TABLE casc (id int PRIMARY KEY, pid int REFERENCES cparent ON DELETE CASCADE);
+INSERT INTO casc VALUES (1, 1), (2, 2);
+SELECT leapfrog.start('er_cascade', $$
+  CREATE TABLE casc2 (id bigint PRIMARY KEY, pid int);
+  INSERT INTO casc2 SELECT id, pid FROM casc;
+  DELETE FROM cparent WHERE id = 1;
+  DROP TABLE casc;
+$$);
+\set VERBOSITY default
+SELECT * FROM wide;
+SELECT * FROM casc ORDER BY id;
+
 RESET search_path;
 DROP SCHEMA er CASCADE;
