@@ -174,8 +174,9 @@ AS 'MODULE_PATHNAME', 'leapfrog_resume'
 LANGUAGE C STRICT VOLATILE;
 
 -- The failed rows of the migrations the caller may act on (it has the
--- privileges of their owner).
-CREATE VIEW leapfrog.failed_rows AS
+-- privileges of their owner).  A security barrier: a caller's leaky
+-- function in a WHERE clause must not see other owners' rows and errors.
+CREATE VIEW leapfrog.failed_rows WITH (security_barrier) AS
 SELECT m.name AS migration,
        i.orig_name AS input,
        f.row_tid AS ctid,
@@ -197,7 +198,8 @@ SELECT m.name,
             THEN COALESCE(m.tuples_total, p.migrated + leapfrog.remaining(m.name))
             ELSE m.tuples_total END AS tuples_total,
        CASE WHEN m.state = 'done' THEN m.tuples_total ELSE p.migrated END AS tuples_migrated,
-       m.error,
+       -- an error quotes row values: for those with the owner's privileges
+       CASE WHEN pg_catalog.pg_has_role(m.owner, 'USAGE') THEN m.error END AS error,
        m.on_error,
        (SELECT pg_catalog.count(*) FROM leapfrog.failed_row f
          WHERE f.migration_id = m.id) AS failed_rows,

@@ -216,7 +216,7 @@ mapping_branch(LfMapping *m, LfMigration *mig, RangeTblEntry *orig, int rti,
 
 	from->alias = NULL;
 	from->securityQuals = NIL;
-	from->security_barrier = false;
+	from->security_barrier = lf_mapping_filters(m);	/* relevance.c */
 	from->inFromCl = true;
 	(void) query_tree_walker(from->subquery, clear_perms_walker, NULL, QTW_EXAMINE_RTES_BEFORE);
 	/*

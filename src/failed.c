@@ -401,6 +401,18 @@ lf_quarantine(LfMigration *mig, Oid input, ItemPointer tid, const char *sqlstate
 		CommandCounterIncrement();
 		qrel = get_relname_relid(qname, qnsp);
 	}
+
+	/*
+	 * The name is predictable, and a quarantine table's owner may rename it:
+	 * rows go only into a table the migration's owner owns (a table of
+	 * another role, a trigger on it, would run as this owner).
+	 */
+	if (!OidIsValid(qrel) || !pg_class_ownercheck(qrel, mig->owner))
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("quarantine table %s is not owned by the owner of migration \"%s\"",
+						quote_qualified_identifier("leapfrog_quarantine", qname), mig->name),
+				 errhint("Rename or drop that table.")));
 	moved = run_as_owner(mig->owner,
 						 psprintf("WITH moved AS (DELETE FROM %s AS t WHERE t.ctid OPERATOR(pg_catalog.=) $1 RETURNING t.*) "
 								  "INSERT INTO %s SELECT moved.*, $2, $3 FROM moved",

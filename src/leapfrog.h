@@ -296,6 +296,7 @@ extern void lf_replace_check_valid(LfReplacement *r);
 /* relevance.c */
 extern void lf_install_planner_hook(void);
 extern RangeTblEntry *lf_map_rte(LfMapping *m, RangeTblEntry *orig);
+extern bool lf_mapping_filters(LfMapping *m);
 extern Node *lf_raw_quals(Query *q, Node *quals);
 extern bool lf_has_outer_refs(Node *node);
 extern PlannedStmt *lf_pull_plan(LfMapping *m, Node *quals, List **upstream);

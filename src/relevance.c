@@ -186,8 +186,23 @@ make_map_rte(LfMapping *m, RangeTblEntry *orig)
 	sub->eref = makeAlias(orig->eref->aliasname, colnames);
 	sub->inFromCl = orig->inFromCl;
 	sub->securityQuals = copyObject(orig->securityQuals);
-	sub->security_barrier = orig->securityQuals != NIL;
+	sub->security_barrier = orig->securityQuals != NIL || lf_mapping_filters(m);
 	return sub;
+}
+
+/*
+ * Does the mapping leave input rows out (a filter, a HAVING, a join)?  Then
+ * its sub-query is a security barrier, as a view's would be: a caller's
+ * leaky function in the statement's quals must not see the rows left out,
+ * which it could not see eagerly (the caller may have no right to read the
+ * input; the sub-query reads it as the migration's owner).  Leakproof
+ * operators, the ones index lookups use, are still pushed down.
+ */
+bool
+lf_mapping_filters(LfMapping *m)
+{
+	return m->query->jointree->quals != NULL || m->query->havingQual != NULL ||
+		m->kind == LF_MAP_JOIN;
 }
 
 /*

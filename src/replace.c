@@ -499,8 +499,8 @@ LfReplacement *
 lf_replace_begin(Oid relid, const char *why)
 {
 	LfReplacement *r = palloc0(sizeof(LfReplacement));
-	Relation	rel = table_open(relid, AccessExclusiveLock);
-	TupleDesc	desc = RelationGetDescr(rel);
+	Relation	rel;
+	TupleDesc	desc;
 	char	   *qname;
 	char	   *tmpname;
 	StringInfoData sql;
@@ -508,8 +508,11 @@ lf_replace_begin(Oid relid, const char *why)
 	List	   *unvalidated;
 	ListCell   *lc;
 
+	/* before the lock, as ALTER TABLE checks: a table not ours stays unlocked */
 	if (!pg_class_ownercheck(relid, GetUserId()))
-		aclcheck_error(ACLCHECK_NOT_OWNER, OBJECT_TABLE, RelationGetRelationName(rel));
+		aclcheck_error(ACLCHECK_NOT_OWNER, OBJECT_TABLE, get_rel_name(relid));
+	rel = table_open(relid, AccessExclusiveLock);
+	desc = RelationGetDescr(rel);
 	check_replaceable(rel, why);
 
 	r->old = relid;

@@ -328,7 +328,8 @@ check_mapping_input(StartState *st, RangeTblEntry *in)
 			   errdetail("Sub-queries, functions and VALUES are not supported in the FROM clause of a mapping."));
 	if (in->relkind != RELKIND_RELATION)
 		refuse(errmsg("mapping input \"%s\" is not a plain table", get_rel_name(in->relid)));
-	if (has_subclass(in->relid) || get_rel_relispartition(in->relid))
+	if (has_subclass(in->relid) || has_superclass(in->relid) ||
+		get_rel_relispartition(in->relid))
 		refuse(errmsg("mapping input \"%s\" takes part in inheritance or partitioning",
 					  get_rel_name(in->relid)));
 	if (list_member_oid(st->created, in->relid))
@@ -1055,12 +1056,14 @@ do_drop(StartState *st, RawStmt *rs)
 	foreach(lc, drop->objects)
 	{
 		RangeVar   *rv = makeRangeVarFromNameList(lfirst(lc));
-		Oid			relid = RangeVarGetRelid(rv, AccessExclusiveLock, drop->missing_ok);
+
+		/* ownership checked before the lock, as DROP checks it */
+		Oid			relid = RangeVarGetRelidExtended(rv, AccessExclusiveLock,
+													 drop->missing_ok ? RVR_MISSING_OK : 0,
+													 RangeVarCallbackOwnsRelation, NULL);
 
 		if (!OidIsValid(relid))
 			continue;
-		if (!pg_class_ownercheck(relid, GetUserId()))
-			aclcheck_error(ACLCHECK_NOT_OWNER, OBJECT_TABLE, rv->relname);
 		if (lf_is_target(relid) && !mapped_input(st, relid))
 			refuse(errmsg("DROP TABLE \"%s\", which migration \"%s\" is still filling, is not supported",
 						  rv->relname, lf_migration_by_target(relid)->name),
@@ -1122,6 +1125,13 @@ lock_dropped_tables(StartState *st)
 				RangeVar   *rv = makeRangeVarFromNameList(lfirst(lc2));
 				Oid			relid = RangeVarGetRelid(rv, NoLock, true);
 
+				/* as DROP does: a table the caller may not drop is not locked */
+				if (OidIsValid(relid) && !pg_class_ownercheck(relid, GetUserId()))
+				{
+					st->current = stmt_number(st, rs);
+					aclcheck_error(ACLCHECK_NOT_OWNER,
+								   get_relkind_objtype(get_rel_relkind(relid)), rv->relname);
+				}
 				rvs = lappend(rvs, rv);
 				relids = lappend_oid(relids, relid);
 			}

@@ -87,9 +87,14 @@ def test_fail_correct_quarantine_resume(cluster):
         state, nfailed, error = _state(conn, "acct_v2")
         assert nfailed == len(bad) and "input row" in error
 
-        # Another role sees none of them and may act on none.
+        # Another role sees none of them and may act on none.  The error
+        # quotes row values: it sees the migration failed, not the error.
         with _as(c, db, "other") as other:
             assert other.execute("SELECT count(*) FROM leapfrog.failed_rows").fetchone()[0] == 0
+            assert _state(other, "acct_v2")[0] == "failed" and _state(other, "acct_v2")[2] is None
+            with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState) as failed:
+                other.execute("SELECT leapfrog.wait('acct_v2', 1)")
+            assert "input row" not in str(failed.value.diag.message_detail)
             for sql in ("SELECT leapfrog.resume('acct_v2')",
                         "SELECT leapfrog.quarantine_row('acct_v2', 'public.acct', '(0,1)')",
                         "SELECT leapfrog.correct_row('acct_v2', 'public.acct', '(0,1)', "
@@ -281,3 +286,36 @@ def test_correction_during_a_claim_never_splits_a_group(make_cluster):
             (0, 1, expected),
             (1, 1, sum(g for g in range(1, 31) if g % 3 == 1)),
             (2, 1, sum(g for g in range(1, 31) if g % 3 == 2))]
+
+
+def test_quarantine_goes_only_into_the_owners_table(make_cluster):
+    """Quarantine tables have predictable names, and a quarantine table's
+    owner may rename it: another role could put a table of its own (with a
+    trigger, running as the migration's owner) where the rows of this
+    migration are set aside.  Rows go only into a table the migration's
+    owner owns.  Simulated by creating the table under that name, owned by
+    the other role."""
+    needs_real_extension()
+    c = make_cluster(**{"leapfrog.background": "off"})
+    c.create_database("frq")
+    with c.connect("frq") as conn:
+        conn.execute("CREATE ROLE op_frq LOGIN")
+        conn.execute("CREATE ROLE evil_frq LOGIN")
+        conn.execute("GRANT CREATE ON SCHEMA public TO op_frq")
+        conn.execute("SET ROLE op_frq")
+        conn.execute("CREATE TABLE t (id int PRIMARY KEY, v int NOT NULL)")
+        conn.execute("INSERT INTO t SELECT g, g FROM generate_series(1, 10) g")
+        conn.execute("""SELECT leapfrog.start('tq', $$
+            CREATE TABLE t2 (id int PRIMARY KEY, v int NOT NULL);
+            INSERT INTO t2 SELECT id, v FROM t; DROP TABLE t; $$)""")
+        conn.execute("RESET ROLE")
+        mid = conn.execute("SELECT id FROM leapfrog.migration WHERE name = 'tq'").fetchone()[0]
+        conn.execute("CREATE TABLE leapfrog_quarantine.t_m%d (id int, v int, failed_sqlstate text, "
+                     "failed_error text, quarantined_at timestamptz)" % mid)
+        conn.execute("ALTER TABLE leapfrog_quarantine.t_m%d OWNER TO evil_frq" % mid)
+        conn.execute("SET ROLE op_frq")
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute("SELECT leapfrog.quarantine_row('tq', 'public.t', '(0,1)')")
+        assert conn.execute("SELECT leapfrog.remaining('tq')").fetchone()[0] == 10
+        conn.execute("RESET ROLE")
+        assert conn.execute("SELECT count(*) FROM leapfrog_quarantine.t_m%d" % mid).fetchone()[0] == 0
