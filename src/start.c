@@ -30,6 +30,7 @@
 #include "catalog/namespace.h"
 #include "catalog/pg_constraint.h"
 #include "catalog/pg_inherits.h"
+#include "catalog/pg_proc.h"
 #include "catalog/pg_type.h"
 #include "commands/tablecmds.h"
 #include "executor/spi.h"
@@ -59,6 +60,7 @@
 #include "utils/fmgrprotos.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
+#include "utils/regproc.h"
 #include "utils/rel.h"
 #include "utils/syscache.h"
 #include "utils/timestamp.h"
@@ -133,6 +135,7 @@ typedef struct PlanNote
 	ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED), __VA_ARGS__))
 
 static bool collect_relations(Node *node, List **relids);
+static void check_mapping_functions(Query *map, Oid target);
 static void do_data_stmt(StartState *st, RawStmt *rs, List *queries);
 static LfReplacement *replacement_of(StartState *st, Oid relid);
 static LfReplacement *replace_table(StartState *st, RawStmt *rs, int stmt_no, Oid relid,
@@ -693,6 +696,7 @@ add_mapping(StartState *st, RawStmt *rs)
 	if (replacement_of(st, pm->target))
 		refuse(errmsg("INSERT ... SELECT into table \"%s\", replaced lazily by the same script, is not supported",
 					  get_rel_name(pm->target)));
+	check_mapping_functions(map, pm->target);
 	pm->query = MemoryContextStrdup(st->cxt, nodeToString(map));
 	pm->stmt_no = st->current;
 	remember(st, &st->mappings, pm);
@@ -729,6 +733,58 @@ static Oid
 table_to_create(RangeVar *rv)
 {
 	return get_relname_relid(rv->relname, RangeVarGetCreationNamespace(rv));
+}
+
+/*
+ * A mapping's expressions run later, as whichever role reads or writes the
+ * new table (relevance and computing reads, section 3 of docs/design.md),
+ * pg_dump's superuser included.  A function of a role that is not a
+ * superuser would then run with the reader's rights: for a caller who is not
+ * a superuser, mappings call superusers' functions only (built-in ones and
+ * those of extensions).
+ */
+static bool
+untrusted_function(Oid funcid, void *found)
+{
+	HeapTuple	tp = SearchSysCache1(PROCOID, ObjectIdGetDatum(funcid));
+	Oid			owner;
+
+	if (!HeapTupleIsValid(tp))
+		return false;
+	owner = ((Form_pg_proc) GETSTRUCT(tp))->proowner;
+	ReleaseSysCache(tp);
+	if (superuser_arg(owner))
+		return false;
+	*(Oid *) found = funcid;
+	return true;
+}
+
+static bool
+untrusted_function_walker(Node *node, void *found)
+{
+	if (node == NULL)
+		return false;
+	if (check_functions_in_node(node, untrusted_function, found))
+		return true;
+	if (IsA(node, Query))
+		return query_tree_walker((Query *) node, untrusted_function_walker, found, 0);
+	return expression_tree_walker(node, untrusted_function_walker, found);
+}
+
+static void
+check_mapping_functions(Query *map, Oid target)
+{
+	Oid			found = InvalidOid;
+
+	if (superuser() ||
+		!query_tree_walker(map, untrusted_function_walker, &found, 0))
+		return;
+	ereport(ERROR,
+			(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+			 errmsg("the mapping into \"%s\" calls function %s, which a role that is not a superuser owns",
+					get_rel_name(target), format_procedure(found)),
+			 errdetail("Mapping expressions run later, as the roles that read the new table."),
+			 errhint("Use built-in expressions, have a superuser own the function, or have a superuser start() the migration.")));
 }
 
 /* CREATE TABLE new AS SELECT ...: create it empty, then map into it. */
@@ -1416,6 +1472,7 @@ add_replacement_mapping(StartState *st, LfReplacement *r)
 	pm->ninputs = 1;
 	pm->inputs[0] = r->old;
 	pm->target = r->clone;
+	check_mapping_functions(q, r->clone);
 	pm->query = MemoryContextStrdup(st->cxt, nodeToString(q));
 	remember(st, &st->mappings, pm);
 }

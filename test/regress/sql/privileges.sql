@@ -77,6 +77,32 @@ SELECT name, state, tuples_total, tuples_migrated FROM leapfrog.migrations WHERE
 SELECT * FROM pv.acct WHERE id BETWEEN 3 AND 8 ORDER BY id;
 SELECT count(*), sum(bal) FROM pv.acct;
 
+-- 42501: a mapping that calls a function a role other than a superuser owns
+-- (it would run later as whoever reads the new table, pg_dump's superuser
+-- included).  A superuser's function may be called.
+SET ROLE regress_lf_owner;
+CREATE TABLE pv.num (id int PRIMARY KEY, v int NOT NULL);
+INSERT INTO pv.num VALUES (1, 1), (2, 2);
+CREATE FUNCTION pv.mine(int) RETURNS int IMMUTABLE LANGUAGE sql AS 'SELECT $1 * 2';
+\set VERBOSITY sqlstate
+SELECT leapfrog.start('privileges_func', $$
+  CREATE TABLE pv.num2 (id int PRIMARY KEY, v int NOT NULL);
+  INSERT INTO pv.num2 SELECT id, pv.mine(v) FROM pv.num;
+  DROP TABLE pv.num;
+$$);
+\set VERBOSITY default
+RESET ROLE;
+CREATE FUNCTION pv.trusted(int) RETURNS int IMMUTABLE LANGUAGE sql AS 'SELECT $1 * 3';
+SET ROLE regress_lf_owner;
+SELECT leapfrog.start('privileges_func', $$
+  CREATE TABLE pv.num2 (id int PRIMARY KEY, v int NOT NULL);
+  INSERT INTO pv.num2 SELECT id, pv.trusted(v) FROM pv.num;
+  DROP TABLE pv.num;
+$$);
+SELECT leapfrog.complete('privileges_func');
+SELECT * FROM pv.num2 ORDER BY id;
+RESET ROLE;
+
 -- A mapping that leaves rows out is a security barrier: the application
 -- role, which may read the new table but not the old one, gets no look at
 -- the rows left out through a leaky function in its WHERE clause (eagerly
