@@ -64,6 +64,7 @@
 #include "utils/rel.h"
 #include "utils/syscache.h"
 #include "utils/timestamp.h"
+#include "utils/typcache.h"
 
 PG_FUNCTION_INFO_V1(leapfrog_start);
 
@@ -771,13 +772,54 @@ untrusted_function_walker(Node *node, void *found)
 	return expression_tree_walker(node, untrusted_function_walker, found);
 }
 
+/*
+ * A domain's CHECK constraints (its base domains' too) run when a computing
+ * read coerces a row to the new table's column type: as the reader.
+ */
+static bool
+untrusted_domain_check(Oid type, Oid *found)
+{
+	DomainConstraintRef *ref;
+	ListCell   *lc;
+
+	if (OidIsValid(get_element_type(type)))
+		type = get_element_type(type);
+	if (get_typtype(type) != TYPTYPE_DOMAIN)
+		return false;
+	/* it registers a reset callback on the context: not on the stack */
+	ref = palloc(sizeof(DomainConstraintRef));
+	InitDomainConstraintRef(type, ref, CurrentMemoryContext, false);
+	foreach(lc, ref->constraints)
+	{
+		DomainConstraintState *c = lfirst(lc);
+
+		if (c->constrainttype == DOM_CONSTRAINT_CHECK &&
+			untrusted_function_walker((Node *) c->check_expr, found))
+			return true;
+	}
+	return false;
+}
+
 static void
 check_mapping_functions(Query *map, Oid target)
 {
 	Oid			found = InvalidOid;
+	bool		untrusted = false;
 
-	if (superuser() ||
-		!query_tree_walker(map, untrusted_function_walker, &found, 0))
+	if (superuser())
+		return;
+	untrusted = query_tree_walker(map, untrusted_function_walker, &found, 0);
+	if (!untrusted)
+	{
+		Relation	rel = table_open(target, AccessShareLock);
+		TupleDesc	desc = RelationGetDescr(rel);
+
+		for (int i = 0; i < desc->natts && !untrusted; i++)
+			if (!TupleDescAttr(desc, i)->attisdropped)
+				untrusted = untrusted_domain_check(TupleDescAttr(desc, i)->atttypid, &found);
+		table_close(rel, AccessShareLock);
+	}
+	if (!untrusted)
 		return;
 	ereport(ERROR,
 			(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),

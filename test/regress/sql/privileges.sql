@@ -90,6 +90,16 @@ SELECT leapfrog.start('privileges_func', $$
   INSERT INTO pv.num2 SELECT id, pv.mine(v) FROM pv.num;
   DROP TABLE pv.num;
 $$);
+-- ... and so is a column type whose domain CHECK calls one (a computing read
+-- coerces to the column's type: the CHECK runs as the reader)
+CREATE FUNCTION pv.positive(int) RETURNS bool IMMUTABLE LANGUAGE plpgsql AS
+'BEGIN RETURN $1 > 0; END';
+CREATE DOMAIN pv.pos AS int CHECK (pv.positive(VALUE));
+SELECT leapfrog.start('privileges_func', $$
+  CREATE TABLE pv.num2 (id int PRIMARY KEY, v pv.pos NOT NULL);
+  INSERT INTO pv.num2 SELECT id, v FROM pv.num;
+  DROP TABLE pv.num;
+$$);
 \set VERBOSITY default
 RESET ROLE;
 CREATE FUNCTION pv.trusted(int) RETURNS int IMMUTABLE LANGUAGE sql AS 'SELECT $1 * 3';
