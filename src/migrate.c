@@ -159,11 +159,12 @@ tidset_sort_unique(TidSet *set)
 static bool running_own_plan = false;
 
 /*
- * The plans here are kept per backend, outside the plan cache, which would
+ * The step plans are kept per backend, outside the plan cache, which would
  * lock their relations before each execution: lock them as it would, or a
  * step could insert into a target that a VACUUM FULL or CLUSTER is
  * rewriting (the new rows would be lost with the old file).  Held to the
- * end of the transaction, as a statement's locks are.
+ * end of the transaction, as a statement's locks are.  (Relevance plans
+ * read inputs the statement has locked; pull plans are planned anew.)
  */
 static void
 lock_plan_relations(PlannedStmt *ps)
@@ -187,7 +188,6 @@ run_plan(PlannedStmt *ps, const char *what, Snapshot snap, ParamListInfo params,
 	QueryDesc  *qd;
 	uint64		n;
 
-	lock_plan_relations(ps);
 	PushActiveSnapshot(snap);
 	qd = CreateQueryDesc(ps, what, snap, InvalidSnapshot, dest, params, NULL, 0);
 	running_own_plan = true;

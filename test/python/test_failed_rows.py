@@ -10,6 +10,8 @@ way no row is lost: every input row ends in the new table or in the
 quarantine table, where it stays until the operator removes it.
 """
 
+import threading
+
 import psycopg
 import pytest
 
@@ -202,6 +204,19 @@ def test_api_errors(make_cluster):
         assert conn.execute("SELECT count(*) FROM leapfrog.failed_rows").fetchone()[0] == 0
 
 
+def _start_totals(conn, cust_column):
+    """sale: 30 rows, cust = id % 3, amt = id; migration 'totals' into
+    total(<cust_column>, amt), their sums per cust; sale dropped."""
+    conn.execute("CREATE TABLE sale (id int PRIMARY KEY, cust int NOT NULL, amt int NOT NULL)")
+    conn.execute("CREATE INDEX ON sale (cust)")
+    conn.execute("INSERT INTO sale SELECT g, g % 3, g FROM generate_series(1, 30) g")
+    conn.execute("""SELECT leapfrog.start('totals', $$
+        CREATE TABLE total (%s, amt bigint NOT NULL);
+        INSERT INTO total SELECT cust, sum(amt) FROM sale GROUP BY cust;
+        DROP TABLE sale;
+    $$)""" % cust_column)
+
+
 def test_group_key_not_corrected(make_cluster):
     """A row of a GROUP BY mapping keeps its group: moving it to a group
     migrated already would add a second row for that group."""
@@ -209,14 +224,7 @@ def test_group_key_not_corrected(make_cluster):
     c = make_cluster(**{"leapfrog.background": "off"})
     c.create_database("frgroup")
     with c.connect("frgroup") as conn:
-        conn.execute("CREATE TABLE sale (id int PRIMARY KEY, cust int NOT NULL, amt int NOT NULL)")
-        conn.execute("CREATE INDEX ON sale (cust)")
-        conn.execute("INSERT INTO sale SELECT g, g % 3, g FROM generate_series(1, 30) g")
-        conn.execute("""SELECT leapfrog.start('totals', $$
-            CREATE TABLE total (cust int PRIMARY KEY, amt bigint NOT NULL);
-            INSERT INTO total SELECT cust, sum(amt) FROM sale GROUP BY cust;
-            DROP TABLE sale;
-        $$)""")
+        _start_totals(conn, "cust int PRIMARY KEY")
         # group 1 migrates; row (0,3) (id 3, group 0) is still waiting
         assert conn.execute("SELECT amt FROM total WHERE cust = 1").fetchone()[0] == \
             sum(g for g in range(1, 31) if g % 3 == 1)
@@ -240,21 +248,13 @@ def test_correction_during_a_claim_never_splits_a_group(make_cluster):
     minus that row: it computed the group from the rest, and the next round
     added the corrected row as a second group.  Now the statement fails with
     40001, and its retry computes the whole group."""
-    import threading
     needs_real_extension()
     c = make_cluster(**{"leapfrog.background": "off", "leapfrog.read_mode": "migrate"})
     c.create_database("frsplit")
     with c.connect("frsplit") as a, c.connect("frsplit") as b:
-        a.execute("CREATE TABLE sale (id int PRIMARY KEY, cust int NOT NULL, amt int NOT NULL)")
-        a.execute("CREATE INDEX ON sale (cust)")
-        a.execute("INSERT INTO sale SELECT g, g % 3, g FROM generate_series(1, 30) g")
         # no primary key on the new table: a second row for a group would be
         # accepted, as it would be eagerly, and the test sees it
-        a.execute("""SELECT leapfrog.start('totals', $$
-            CREATE TABLE total (cust int NOT NULL, amt bigint NOT NULL);
-            INSERT INTO total SELECT cust, sum(amt) FROM sale GROUP BY cust;
-            DROP TABLE sale;
-        $$)""")
+        _start_totals(a, "cust int NOT NULL")
         # group 0: ids 3, 6, ..., 30 at ctids (0,3), (0,6), ...; correct id 6
         a.execute("BEGIN")
         a.execute("SELECT leapfrog.correct_row('totals', 'public.sale', '(0,6)', "

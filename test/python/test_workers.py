@@ -112,30 +112,41 @@ def _remaining(conn, name):
     return conn.execute("SELECT leapfrog.remaining(%s)", [name]).fetchone()[0]
 
 
+# Slow batches, so that the migration is still running when its workers die.
+SLOW_WORKERS = {"leapfrog.background": "on", "leapfrog.background_delay": 0,
+                "leapfrog.batch_size": 100, "leapfrog.background_naptime": 300}
+
+
+def _terminate_workers(conn, what):
+    """Terminate the database's workers; wait for one launched after them."""
+    killed = _worker_pids(conn, "app")
+    assert killed, "no worker to terminate"
+    for pid in killed:
+        conn.execute("SELECT pg_terminate_backend(%s)", [pid])
+    wait_until(lambda: _worker_pids(conn, "app") - killed, 30, what=what)
+
+
+def _finish_quickly(c, conn, why):
+    """Unpace the workers; the 20000-row migration then completes whole."""
+    c.set_gucs(**{"leapfrog.background_naptime": 0})
+    c.sql("SELECT pg_reload_conf()")
+    _assert_completed(conn, "a_v2", 20000, why)
+
+
 def test_terminated_worker_is_launched_again(make_cluster):
     needs_real_extension()
-    # Slow batches, so that the migration is still running when its workers die.
-    c = make_cluster(**{"leapfrog.background": "on", "leapfrog.background_delay": 0,
-                        "leapfrog.batch_size": 100, "leapfrog.background_naptime": 300})
+    c = make_cluster(**SLOW_WORKERS)
     c.create_database("app")
     with c.connect("app") as conn:
         _start(conn, "a", "a_v2", rows=20000)
         wait_until(lambda: _remaining(conn, "a_v2") < 20000, 30,
                    what="the workers to begin")
-        killed = _worker_pids(conn, "app")
-        assert killed
-        for pid in killed:
-            conn.execute("SELECT pg_terminate_backend(%s)", [pid])
-        wait_until(lambda: _worker_pids(conn, "app") - killed, 30,
-                   what="a worker launched after the terminated ones")
+        _terminate_workers(conn, "a worker launched after the terminated ones")
         # The new workers migrate: what is left goes down.
         left = _remaining(conn, "a_v2")
         wait_until(lambda: _remaining(conn, "a_v2") < left, 30,
                    what="the new workers to migrate")
-        c.set_gucs(**{"leapfrog.background_naptime": 0})
-        c.sql("SELECT pg_reload_conf()")
-        _assert_completed(conn, "a_v2", 20000,
-                          "the migration did not complete after its workers were terminated")
+        _finish_quickly(c, conn, "the migration did not complete after its workers were terminated")
 
 
 def test_worker_that_missed_a_reload_reads_it_through_the_launcher(make_cluster):
@@ -176,8 +187,7 @@ def test_workers_of_a_restarted_launcher_are_launched_again(make_cluster):
     it, never cleared the slot, and its database never got that worker
     again: the migration stopped."""
     needs_real_extension()
-    c = make_cluster(**{"leapfrog.background": "on", "leapfrog.background_delay": 0,
-                        "leapfrog.batch_size": 100, "leapfrog.background_naptime": 300})
+    c = make_cluster(**SLOW_WORKERS)
     c.create_database("app")
     with c.connect("app") as conn:
         _start(conn, "a", "a_v2", rows=20000)
@@ -186,16 +196,8 @@ def test_workers_of_a_restarted_launcher_are_launched_again(make_cluster):
         conn.execute("SELECT pg_terminate_backend(%s)", [old_launcher])
         wait_until(lambda: _launcher_pid(conn) not in (None, old_launcher), 30,
                    what="the launcher to be restarted")
-        killed = _worker_pids(conn, "app")
-        assert killed, "the workers exited with the launcher"
-        for pid in killed:
-            conn.execute("SELECT pg_terminate_backend(%s)", [pid])
-        wait_until(lambda: _worker_pids(conn, "app") - killed, 30,
-                   what="a worker launched by the new launcher")
-        c.set_gucs(**{"leapfrog.background_naptime": 0})
-        c.sql("SELECT pg_reload_conf()")
-        _assert_completed(conn, "a_v2", 20000,
-                          "the migration did not complete after the launcher restarted")
+        _terminate_workers(conn, "a worker launched by the new launcher")
+        _finish_quickly(c, conn, "the migration did not complete after the launcher restarted")
 
 
 def test_finished_input_row_naming_a_user_table_never_drops_it(make_cluster):
