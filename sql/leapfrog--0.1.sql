@@ -34,7 +34,7 @@ CREATE TABLE leapfrog.migration (
     on_error     text NOT NULL DEFAULT 'fail' CHECK (on_error IN ('fail', 'quarantine'))
 );
 
--- One row per retired input table.
+-- One row per input table: retired, or live and tracked in place (live_keys).
 CREATE TABLE leapfrog.input (
     migration_id int NOT NULL REFERENCES leapfrog.migration ON DELETE CASCADE,
     relid        oid NOT NULL PRIMARY KEY,   -- the retired table
@@ -42,7 +42,11 @@ CREATE TABLE leapfrog.input (
     -- A table the script altered without a rewrite, replaced lazily:
     -- eagerly, a snapshot older than start() still sees its rows in it
     -- (docs/design.md, "Snapshots older than the switch or the completion").
-    in_place     boolean NOT NULL DEFAULT false
+    in_place     boolean NOT NULL DEFAULT false,
+    -- An input the script keeps, read by one GROUP BY mapping, tracked in
+    -- place: relid is the live table itself, and this table holds the keys
+    -- of the groups migrated (docs/design.md, "Inputs that stay live").
+    live_keys    oid
 );
 
 -- One row per INSERT ... SELECT of the script.  query is the analyzed mapping
@@ -135,6 +139,13 @@ CREATE FUNCTION leapfrog.sees_start(migration_id int, in_place boolean)
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'leapfrog_sees_start'
 LANGUAGE C STRICT STABLE PARALLEL SAFE;
+
+-- Internal: the row trigger of a live input tracked in place (src/live.c):
+-- a write of one of its rows first migrates the row's group, old and new.
+CREATE FUNCTION leapfrog.live_input_trigger()
+RETURNS trigger
+AS 'MODULE_PATHNAME', 'leapfrog_live_input_trigger'
+LANGUAGE C;
 
 -- Internal: raises what inserting a computed row would raise when one of
 -- the new table's NOT NULL or CHECK constraints is false for it (src/compute.c).

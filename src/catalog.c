@@ -68,6 +68,7 @@ List	   *lf_recent_done = NIL;
 #define Anum_input_migration_id		1
 #define Anum_input_relid			2
 #define Anum_input_in_place			4
+#define Anum_input_live_keys		5
 #define Anum_mapping_id				1
 #define Anum_mapping_migration_id	2
 #define Anum_mapping_input_relid	3
@@ -266,6 +267,16 @@ load_input(HeapTuple tup, TupleDesc desc)
 	m->inputs = lappend_oid(m->inputs, relid);
 	if (DatumGetBool(heap_getattr(tup, Anum_input_in_place, desc, &isnull)))
 		m->in_place = lappend_oid(m->in_place, relid);
+	if (desc->natts >= Anum_input_live_keys)
+	{
+		Datum		keys = heap_getattr(tup, Anum_input_live_keys, desc, &isnull);
+
+		if (!isnull)
+		{
+			m->live = lappend_oid(m->live, relid);
+			m->live_keys = lappend_oid(m->live_keys, DatumGetObjectId(keys));
+		}
+	}
 }
 
 /*
@@ -365,6 +376,18 @@ load_mapping(HeapTuple tup, TupleDesc desc)
 	lf_set_owner_walker((Node *) map->query, &m->owner);
 	map->natts = lf_mapping_natts(map->query);
 	(void) lf_describe_units(map);
+	if (map->kind == LF_MAP_GROUPS)
+	{
+		ListCell   *li,
+				   *lk;
+
+		forboth(li, m->live, lk, m->live_keys)
+			if (lfirst_oid(li) == map->inputs[0])
+			{
+				map->done_keys = lfirst_oid(lk);
+				map->unmigrated = lf_live_unmigrated_query(map);
+			}
+	}
 	m->mappings = lappend(m->mappings, map);
 }
 
@@ -655,11 +678,12 @@ lf_catalog_add_migration(const char *name, Oid owner, const char *script, const 
 }
 
 void
-lf_catalog_add_input(int migration_id, Oid relid, const char *orig_name, bool in_place)
+lf_catalog_add_input(int migration_id, Oid relid, const char *orig_name, bool in_place,
+					 Oid live_keys)
 {
-	Oid			types[4] = {INT4OID, OIDOID, TEXTOID, BOOLOID};
-	Datum		values[4] = {Int32GetDatum(migration_id), ObjectIdGetDatum(relid),
-	CStringGetTextDatum(orig_name), BoolGetDatum(in_place)};
+	Oid			types[5] = {INT4OID, OIDOID, TEXTOID, BOOLOID, OIDOID};
+	Datum		values[5] = {Int32GetDatum(migration_id), ObjectIdGetDatum(relid),
+		CStringGetTextDatum(orig_name), BoolGetDatum(in_place), ObjectIdGetDatum(live_keys)};
 
 	spi_connect();
 
@@ -675,8 +699,9 @@ lf_catalog_add_input(int migration_id, Oid relid, const char *orig_name, bool in
 				"AND m.state OPERATOR(pg_catalog.=) 'done' "
 				"AND $1 OPERATOR(pg_catalog.<>) i.migration_id",
 				2, types, values, false, SPI_OK_DELETE);
-	catalog_sql("INSERT INTO leapfrog.input (migration_id, relid, orig_name, in_place) "
-				"VALUES ($1, $2, $3, $4)", 4, types, values, false, SPI_OK_INSERT);
+	catalog_sql("INSERT INTO leapfrog.input (migration_id, relid, orig_name, in_place, live_keys) "
+				"VALUES ($1, $2, $3, $4, NULLIF($5, '0'::pg_catalog.oid))", 5, types, values, false,
+				SPI_OK_INSERT);
 	SPI_finish();
 }
 
@@ -844,12 +869,13 @@ lf_catalog_done_inputs(MemoryContext cxt)
 	uint64		i;
 
 	spi_connect();
-	catalog_sql("SELECT i.relid FROM leapfrog.input i JOIN leapfrog.migration m "
-				"ON m.id OPERATOR(pg_catalog.=) i.migration_id "
+	catalog_sql("SELECT t.relid FROM leapfrog.input i JOIN leapfrog.migration m "
+				"ON m.id OPERATOR(pg_catalog.=) i.migration_id, "
+				"LATERAL (VALUES (i.relid), (i.live_keys)) t(relid) "
 				"WHERE m.state OPERATOR(pg_catalog.=) 'done' "
 				"AND EXISTS (SELECT 1 FROM pg_catalog.pg_class c "
 				"JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace "
-				"WHERE c.oid OPERATOR(pg_catalog.=) i.relid "
+				"WHERE c.oid OPERATOR(pg_catalog.=) t.relid "
 				"AND n.nspname OPERATOR(pg_catalog.=) 'leapfrog_retired')",
 				0, NULL, NULL, false, SPI_OK_SELECT);
 	for (i = 0; i < SPI_processed; i++)

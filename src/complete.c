@@ -65,6 +65,20 @@ input_rows(Oid input, Snapshot snap, ItemPointerData *tids, uint64 max)
 	return n;
 }
 
+/*
+ * Unmigrated rows of input that snap sees, as input_rows: a retired
+ * table's rows, or a live input's rows whose group is not migrated (live.c).
+ */
+static uint64
+unmigrated_rows(LfMigration *mig, Oid input, Snapshot snap, ItemPointerData *tids, uint64 max)
+{
+	LfMapping  *m = lf_unit_mapping(mig, input);
+
+	if (m && OidIsValid(m->done_keys))
+		return lf_live_rows_left(m, snap, tids, max);
+	return input_rows(input, snap, tids, max);
+}
+
 /* Unmigrated rows of mig that snap sees (an input dropped meanwhile: none). */
 uint64
 lf_rows_left(LfMigration *mig, Snapshot snap)
@@ -74,7 +88,7 @@ lf_rows_left(LfMigration *mig, Snapshot snap)
 
 	foreach(lc, mig->inputs)
 		if (lf_lock_input_if_exists(lfirst_oid(lc), AccessShareLock))
-			total += input_rows(lfirst_oid(lc), snap, NULL, 0);
+			total += unmigrated_rows(mig, lfirst_oid(lc), snap, NULL, 0);
 	return total;
 }
 
@@ -138,8 +152,21 @@ lf_drop_retired(List *relids)
 		Oid			relid = lfirst_oid(lc);
 		ObjectAddress addr;
 
+		Oid			live;
+
 		if (!ConditionalLockRelationOid(relid, AccessExclusiveLock))
 			continue;
+
+		/*
+		 * A live input's table of done keys takes the input's trigger with it,
+		 * which needs the input's AccessExclusiveLock: only if free now.
+		 */
+		if (OidIsValid(live = lf_live_trigger_table(relid)) &&
+			!ConditionalLockRelationOid(live, AccessExclusiveLock))
+		{
+			UnlockRelationOid(relid, AccessExclusiveLock);
+			continue;
+		}
 
 		/*
 		 * Dropped meanwhile, or the OID now names a table outside
@@ -207,7 +234,9 @@ lf_try_complete(LfMigration *mig, List **analyze_later)
 {
 	ListCell   *lc;
 	char	   *name = pstrdup(mig->name);
-	List	   *inputs = list_copy(mig->inputs);
+	/* the retired tables, and the tables of done keys of live inputs */
+	List	   *inputs = list_concat(list_difference_oid(mig->inputs, mig->live),
+									 mig->live_keys);
 	List	   *targets = list_copy(mig->targets);
 	Oid			owner = mig->owner;
 	Snapshot	snap;
@@ -292,14 +321,17 @@ lf_complete_now(LfMigration *mig)
 				break;
 			CommandCounterIncrement();
 			snap = RegisterSnapshot(GetTransactionSnapshot());
-			n = input_rows(input, snap, tids, LF_COMPLETE_STEP);
-			UnregisterSnapshot(snap);
-			if (n == 0)
-				break;
 			lf_cache_load();
 			mig = lf_migration_by_id(id);
 			if (mig == NULL)
+			{
+				UnregisterSnapshot(snap);
 				return;			/* completed meanwhile */
+			}
+			n = unmigrated_rows(mig, input, snap, tids, LF_COMPLETE_STEP);
+			UnregisterSnapshot(snap);
+			if (n == 0)
+				break;
 			(void) lf_migrate_rows(mig, input, tids, (int) n);
 		}
 	}

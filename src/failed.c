@@ -84,6 +84,22 @@ owned_migration(const char *name)
 	return NULL;				/* keep the compiler quiet */
 }
 
+/*
+ * A live input tracked in place (live.c) is the application's own table:
+ * its rows are changed with UPDATE and DELETE, and a group that cannot be
+ * computed from its rows as they were at start() has no row to set aside.
+ */
+static void
+refuse_live(LfMigration *mig, Oid relid)
+{
+	if (list_member_oid(mig->live, relid))
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("table \"%s\" of migration \"%s\" is live: its rows cannot be corrected or quarantined",
+						get_rel_name(relid), mig->name),
+				 errdetail("The migration reads the table in place, as it was at start(); a write of a row first migrates the row's group.")));
+}
+
 /* The retired table of mig that was called input before start() */
 static Oid
 input_named(LfMigration *mig, const char *input)
@@ -95,6 +111,7 @@ input_named(LfMigration *mig, const char *input)
 				(errcode(ERRCODE_UNDEFINED_TABLE),
 				 errmsg("migration \"%s\" has no input table \"%s\"", mig->name, input),
 				 errhint("Name it as leapfrog.failed_rows shows it, schema-qualified.")));
+	refuse_live(mig, relid);
 	return relid;
 }
 
@@ -362,6 +379,7 @@ lf_quarantine(LfMigration *mig, Oid input, ItemPointer tid, const char *sqlstate
 		CStringGetTextDatum(sqlstate ? sqlstate : ""), CStringGetTextDatum(error ? error : "")};
 	uint64		moved;
 
+	refuse_live(mig, input);
 	/* retired tables are named m<id>_<oid>_<name> (start.c) */
 	orig = strchr(retired, '_');
 	orig = orig ? strchr(orig + 1, '_') : NULL;

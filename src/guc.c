@@ -14,6 +14,7 @@
 #include "utils/guc.h"
 
 bool		lf_background = true;
+bool		lf_track_live_inputs = true;
 int			lf_background_delay = 1000;
 int			lf_batch_size = 5000;
 int			lf_background_naptime = 0;
@@ -46,6 +47,12 @@ lf_require_preload(void)
 void
 lf_define_gucs(void)
 {
+	DefineCustomBoolVariable("leapfrog.track_live_inputs",
+							 "Track a live input of a GROUP BY mapping in place rather than replace it lazily.",
+							 "Tracked in place, the table stays where it is and no row is copied; "
+							 "until the migration is done, no later migration may alter or drop it.",
+							 &lf_track_live_inputs, true,
+							 PGC_USERSET, 0, NULL, NULL, NULL);
 	DefineCustomBoolVariable("leapfrog.background",
 							 "Migrate the remaining rows in the background.",
 							 NULL, &lf_background, true,

@@ -17,6 +17,8 @@
  *	scan.c		the LeapfrogMigrate custom scan that carries that plan
  *	migrate.c	ExecutorStart hook and the row migration step itself
  *	units.c		units of group and join mappings: their keys and their rows
+ *	live.c		inputs that stay live, tracked in place: migrated keys, claims,
+ *				the row trigger
  *	progress.c	the progress log: rows each transaction migrated
  *	complete.c	rows left, and the completion of a migration
  *	worker.c	launcher and per-database background workers
@@ -79,6 +81,7 @@ lf_unbecome(LfSavedUser saved)
 
 /* GUCs (guc.c) */
 extern bool lf_background;
+extern bool lf_track_live_inputs;
 extern int	lf_background_delay;
 extern int	lf_batch_size;
 extern int	lf_background_naptime;
@@ -152,6 +155,9 @@ typedef struct LfMapping
 	AttrNumber	keys[2][INDEX_MAX_KEYS];	/* per input */
 	Oid			eqops[INDEX_MAX_KEYS];	/* inputs[0] key = inputs[1] key */
 	Oid			collations[INDEX_MAX_KEYS];
+	/* a GROUP BY mapping of a live input tracked in place (live.c) */
+	Oid			done_keys;		/* its table of migrated keys, or InvalidOid */
+	Query	   *unmigrated;		/* query restricted to the groups not in it */
 } LfMapping;
 
 /* The rows of one unit of a group or join mapping, per input, sorted */
@@ -159,6 +165,7 @@ typedef struct LfUnit
 {
 	int			n[2];
 	ItemPointerData *tids[2];
+	Datum	   *key;			/* its key, as input `from` holds it */
 } LfUnit;
 
 /*
@@ -195,6 +202,8 @@ typedef struct LfMigration
 	LfXact		done;			/* of the completion (lf_recent_done only) */
 	List	   *inputs;			/* OIDs of retired tables (lf_active only) */
 	List	   *in_place;		/* those altered in place eagerly (replace.c) */
+	List	   *live;			/* inputs tracked in place (live.c) ... */
+	List	   *live_keys;		/* ... and their tables of migrated keys */
 	List	   *mappings;		/* LfMapping * (lf_active only) */
 	List	   *targets;		/* OIDs of new tables */
 	List	   *fkeys;			/* LfForeignKey * of the targets (lf_active only) */
@@ -224,7 +233,7 @@ extern char *lf_relation_name(Oid relid);
 extern int	lf_catalog_add_migration(const char *name, Oid owner, const char *script,
 									 const char *on_error);
 extern void lf_catalog_add_input(int migration_id, Oid relid, const char *orig_name,
-								 bool in_place);
+								 bool in_place, Oid live_keys);
 extern void lf_catalog_add_mapping(int migration_id, Oid input, Oid target, const char *query);
 extern bool lf_catalog_name_taken(const char *name);
 extern char *lf_catalog_state(const char *name, char **error);
@@ -254,6 +263,22 @@ extern LfMapping *lf_unit_mapping(LfMigration *mig, Oid input);
 extern Oid	lf_unit_index(LfMapping *m, int i);
 extern List *lf_units_of(LfMapping *m, int from, ItemPointer seeds, int nseeds,
 						 Snapshot snap);
+extern LfUnit *lf_unit_by_key(LfMapping *m, Datum *key, Snapshot snap);
+
+/* live.c */
+typedef enum LfLiveClaim
+{
+	LF_CLAIMED,					/* this transaction now migrates the group */
+	LF_DONE,					/* migrated, or being migrated by us */
+	LF_BUSY						/* another transaction is migrating it */
+} LfLiveClaim;
+extern const char *lf_live_unsupported(LfMapping *m);
+extern Oid	lf_live_track(LfMapping *m, int migration_id);
+extern Oid	lf_live_trigger_table(Oid keys);
+extern Query *lf_live_unmigrated_query(LfMapping *m);
+extern bool lf_live_done(LfMapping *m, Datum *key);
+extern LfLiveClaim lf_live_claim(LfMapping *m, Datum *key, bool wait, Snapshot snap, bool strict);
+extern uint64 lf_live_rows_left(LfMapping *m, Snapshot snap, ItemPointerData *tids, uint64 max);
 
 /* alter.c */
 extern bool lf_alter_is_instant(AlterTableStmt *stmt, Oid relid, const char *text, char **why);
@@ -368,6 +393,7 @@ typedef struct LfClaim
 } LfClaim;
 extern uint64 lf_migrate_range(LfMigration *mig, Oid input, BlockNumber lo, BlockNumber hi,
 							   LfClaim *claim);
+extern void lf_migrate_live_key(LfMigration *mig, LfMapping *m, Datum *key);
 
 /* progress.c */
 extern void lf_progress_add(int migration_id, uint64 n);

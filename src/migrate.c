@@ -1218,6 +1218,139 @@ migrate_unit_range(LfMigration *mig, LfMapping *m, Oid input, BlockNumber lo, Bl
 	return claimed[0].n + claimed[1].n;
 }
 
+/* ---------------------------------------------------------------------
+ * Steps of a live input tracked in place (live.c)
+ *
+ * A group is claimed by inserting its key into the table of done keys
+ * (lf_live_claim), then copied from the live table with the step's
+ * snapshot: a group nobody had claimed holds exactly its rows at start(),
+ * since every write of one of its rows claims it first (the trigger).  The
+ * rows are looked up before the claim; if the claim waited for a claimer
+ * that aborted, they are as they were, and a claimer that committed leaves
+ * the group migrated (skipped).
+ * ---------------------------------------------------------------------
+ */
+
+/* Claim the groups of units, copy those claimed; returns their rows. */
+static uint64
+copy_live_units(LfMigration *mig, LfMapping *m, StepPlan *sp, Snapshot snap, List *units,
+				bool wait, LfClaim *claim, MigrateContext *mc)
+{
+	TidSet		claimed[2] = {{CurrentMemoryContext}, {CurrentMemoryContext}};
+	ListCell   *lc;
+
+	foreach(lc, units)
+	{
+		LfUnit	   *u = lfirst(lc);
+
+		if (lf_live_claim(m, u->key, wait, snap, wait) != LF_CLAIMED)
+			continue;
+		for (int j = 0; j < u->n[0]; j++)
+			tidset_add(&claimed[0], &u->tids[0][j]);
+	}
+	if (claimed[0].n == 0)
+		return 0;
+	tidset_sort_unique(&claimed[0]);
+	if (claim)
+	{
+		claim->tids = MemoryContextAlloc(TopMemoryContext, sizeof(ItemPointerData) * claimed[0].n);
+		memcpy(claim->tids, claimed[0].tids, sizeof(ItemPointerData) * claimed[0].n);
+		claim->n = claimed[0].n;
+	}
+	mc->tids = claimed[0].tids;
+	mc->n = claimed[0].n;
+	copy_units(mig, m, sp, snap, claimed);
+	return claimed[0].n;
+}
+
+/* The groups of the given rows of a live input: a statement's step. */
+static uint64
+migrate_live_units(LfMigration *mig, LfMapping *m, ItemPointer tids, int ntids,
+				   MigrateContext *mc)
+{
+	StepPlan   *sp;
+	Snapshot	snap;
+	uint64		n;
+
+	if (!lock_unit_inputs(m))
+		return 0;
+	sp = step_plan(mig, m->input);
+	snap = step_snapshot();
+	n = copy_live_units(mig, m, sp, snap, lf_units_of(m, 0, tids, ntids, snap), true, NULL, mc);
+	UnregisterSnapshot(snap);
+	return n;
+}
+
+/* The groups of the rows of blocks [lo, hi) of a live input: a worker's step. */
+static uint64
+migrate_live_range(LfMigration *mig, LfMapping *m, BlockNumber lo, BlockNumber hi,
+				   LfClaim *claim, MigrateContext *mc)
+{
+	TidSet		seeds = {CurrentMemoryContext, m->input};
+	StepPlan   *sp;
+	Relation	rel;
+	Snapshot	snap;
+	ItemPointerData min,
+				max;
+	TableScanDesc scan;
+	TupleTableSlot *slot;
+	uint64		n;
+
+	if (!lock_unit_inputs(m))
+		return 0;
+	sp = step_plan(mig, m->input);
+	snap = step_snapshot();
+	rel = table_open(m->input, NoLock);
+	slot = table_slot_create(rel, NULL);
+	ItemPointerSet(&min, lo, FirstOffsetNumber);
+	ItemPointerSet(&max, hi - 1, MaxOffsetNumber);
+	scan = table_beginscan_tidrange(rel, snap, &min, &max);
+	while (table_scan_getnextslot_tidrange(scan, ForwardScanDirection, slot))
+		tidset_add(&seeds, &slot->tts_tid);
+	table_endscan(scan);
+	ExecDropSingleTupleTableSlot(slot);
+	table_close(rel, NoLock);
+	n = copy_live_units(mig, m, sp, snap, lf_units_of(m, 0, seeds.tids, seeds.n, snap),
+						false, claim, mc);
+	UnregisterSnapshot(snap);
+	return n;
+}
+
+/*
+ * The trigger's step (live.c): migrate the group of key, unless it is
+ * migrated, waiting for a transaction migrating it.  A key that no row had
+ * at start() is claimed all the same, with no row to copy: the rows
+ * written with it later are never computed into a group.
+ */
+void
+lf_migrate_live_key(LfMigration *mig, LfMapping *m, Datum *key)
+{
+	MigrateContext mc = {mig, m->input, NULL, 0};
+	ErrorContextCallback errcb;
+	StepPlan   *sp;
+	Snapshot	snap;
+
+	if (lf_live_done(m, key))
+		return;
+	push_context(&errcb, &mc);
+	sp = step_plan(mig, m->input);
+	snap = step_snapshot();
+	if (lf_live_claim(m, key, true, snap, false) == LF_CLAIMED)
+	{
+		LfUnit	   *u = lf_unit_by_key(m, key, snap);
+		TidSet		claimed[2] = {{CurrentMemoryContext}, {CurrentMemoryContext}};
+
+		claimed[0].tids = u->tids[0];
+		claimed[0].n = u->n[0];
+		mc.tids = u->tids[0];
+		mc.n = u->n[0];
+		if (u->n[0] > 0)
+			copy_units(mig, m, sp, snap, claimed);
+	}
+	UnregisterSnapshot(snap);
+	pop_context(&errcb);
+}
+
 /*
  * Migrate the unmigrated rows of blocks [lo, hi) of input that no other
  * transaction is migrating (see above).  Returns the rows migrated.  *claim
@@ -1239,7 +1372,10 @@ lf_migrate_range(LfMigration *mig, Oid input, BlockNumber lo, BlockNumber hi, Lf
 		uint64		n;
 
 		push_context(&errcb, &mc);
-		n = migrate_unit_range(mig, um, input, lo, hi, claim, &mc);
+		if (OidIsValid(um->done_keys))
+			n = migrate_live_range(mig, um, lo, hi, claim, &mc);
+		else
+			n = migrate_unit_range(mig, um, input, lo, hi, claim, &mc);
 		pop_context(&errcb);
 		return n;
 	}
@@ -1287,7 +1423,10 @@ lf_migrate_rows(LfMigration *mig, Oid input, ItemPointer tids, int ntids)
 	push_context(&errcb, &mc);
 	if ((um = lf_unit_mapping(mig, input)) != NULL)
 	{
-		n = (int) migrate_units(mig, um, input, tids, ntids, &mc);
+		if (OidIsValid(um->done_keys))
+			n = (int) migrate_live_units(mig, um, tids, ntids, &mc);
+		else
+			n = (int) migrate_units(mig, um, input, tids, ntids, &mc);
 		pop_context(&errcb);
 		return n;
 	}

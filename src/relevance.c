@@ -163,7 +163,8 @@ make_map_rte(LfMapping *m, RangeTblEntry *orig)
 	List	   *raw = NIL;
 
 	sub->rtekind = RTE_SUBQUERY;
-	sub->subquery = copyObject(m->query);
+	/* a live input tracked in place: the groups not migrated (live.c) */
+	sub->subquery = copyObject(m->unmigrated ? m->unmigrated : m->query);
 	/* lf_ctid, and a GROUP BY's lf_key columns */
 	foreach(lc, sub->subquery->targetList)
 		if (((TargetEntry *) lfirst(lc))->resno > m->natts)

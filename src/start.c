@@ -104,6 +104,9 @@ typedef struct StartState
 	List	   *created;		/* OIDs of tables the script created */
 	List	   *retired;		/* OIDs of retired inputs */
 	List	   *retired_names;	/* their original qualified names */
+	List	   *live;			/* OIDs of live inputs tracked in place ... */
+	List	   *live_keys;		/* ... their tables of done keys (live.c) */
+	List	   *live_names;		/* ... their qualified names */
 	List	   *mappings;		/* PendingMapping */
 	List	   *replacements;	/* LfReplacement (replace.c) */
 	List	   *notices;		/* (table, why) of each, told once it succeeded */
@@ -123,7 +126,7 @@ typedef struct StartState
 typedef struct PlanNote
 {
 	int			stmt_no;
-	const char *action;			/* "mapping", "retire", "replace" */
+	const char *action;			/* "mapping", "retire", "replace", "track" */
 	PendingMapping *pm;			/* of a mapping */
 	char	   *input;			/* qualified names, ", "-separated for a join */
 	char	   *target;
@@ -1548,17 +1551,50 @@ is_side_catalog_change(Node *stmt)
 }
 
 /*
+ * Can input relid of pm, which the script keeps, be tracked in place
+ * (live.c)?  Only the one GROUP BY mapping of the script reads it, and the
+ * script neither replaces it nor reads a table still being filled; live.c
+ * checks the table itself (NOT NULL key columns, no rules, no row security,
+ * no BEFORE row trigger firing after its own).  Into *m, its description.
+ */
+static bool
+trackable_in_place(StartState *st, PendingMapping *pm, Oid relid, LfMapping *m)
+{
+	ListCell   *lc;
+
+	if (!lf_track_live_inputs || pm->kind != LF_MAP_GROUPS || pm->ninputs != 1 ||
+		replacement_of(st, relid) || lf_is_target(relid))
+		return false;
+	foreach(lc, st->mappings)
+		if (lfirst(lc) != pm && pm_reads(lfirst(lc), relid))
+			return false;
+	m->query = stringToNode(pm->query);
+	m->input = pm->input;
+	m->natts = lf_mapping_natts(m->query);
+	(void) lf_describe_units(m);
+	return lf_live_unsupported(m) == NULL;
+}
+
+/*
  * A mapping input that the script does not drop stays live: the
  * application keeps reading and writing it, and the mapping must read it
- * as it was at start().  It is replaced lazily (replace.c), as an ALTER
- * TABLE that reads it would replace it: the table as it was is retired,
- * frozen, for the mappings to read; an empty copy takes its name, and its
- * rows move into the copy through an identity mapping, row by row, or with
- * the groups or join keys of the group or join mapping that reads it
- * (migrate.c).  A statement that writes one of its rows first migrates the
- * row's unit, so no write reaches a row before the mappings have read it,
- * and rows written after start() are in the copy, where the mappings never
- * read.  The retirement takes its AccessExclusiveLock with the switch's
+ * as it was at start().
+ *
+ * Read by one GROUP BY mapping only, it is tracked in place (live.c): it
+ * stays where it is, a trigger migrates a group before a write touches
+ * one of its rows, and a table of done keys records the groups migrated.
+ * Creating the trigger takes ShareRowExclusiveLock with the switch's
+ * lock_timeout and retries: writes in flight are fenced, reads go on.
+ *
+ * Otherwise it is replaced lazily (replace.c), as an ALTER TABLE that reads
+ * it would replace it: the table as it was is retired, frozen, for the
+ * mappings to read; an empty copy takes its name, and its rows move into
+ * the copy through an identity mapping, row by row, or with the groups or
+ * join keys of the group or join mapping that reads it (migrate.c).  A
+ * statement that writes one of its rows first migrates the row's unit, so
+ * no write reaches a row before the mappings have read it, and rows
+ * written after start() are in the copy, where the mappings never read.
+ * The retirement takes its AccessExclusiveLock with the switch's
  * lock_timeout and retries: writes in flight at start() are fenced.
  */
 static void
@@ -1572,10 +1608,30 @@ keep_live_inputs(StartState *st)
 
 		st->current = pm->stmt_no;
 		for (int i = 0; i < pm->ninputs; i++)
-			if (!list_member_oid(st->retired, pm->inputs[i]))
-				(void) replace_table(st, pm->rs, pm->stmt_no, pm->inputs[i],
-									 "A mapping reads it and the script does not drop it: it stays live, and its rows move into a copy "
-									 "after the mapping has read them as they were at start()");
+		{
+			Oid			relid = pm->inputs[i];
+			LfMapping	m = {0};
+
+			if (list_member_oid(st->retired, relid) || list_member_oid(st->live, relid))
+				continue;
+			if (trackable_in_place(st, pm, relid, &m))
+			{
+				char	   *qname = qualified_name(relid);
+
+				lf_refuse_if_migrating(relid, get_rel_name(relid), "alter");
+				if (st->planning)
+					(void) plan_note(st, pm->stmt_no, "track", relid,
+									 "A mapping reads it and the script does not drop it: it stays live, "
+									 "and a write of one of its rows first migrates the row's group");
+				remember_oid(st, &st->live_keys, lf_live_track(&m, st->migration_id));
+				remember_oid(st, &st->live, relid);
+				remember(st, &st->live_names, MemoryContextStrdup(st->cxt, qname));
+				continue;
+			}
+			(void) replace_table(st, pm->rs, pm->stmt_no, relid,
+								 "A mapping reads it and the script does not drop it: it stays live, and its rows move into a copy "
+								 "after the mapping has read them as they were at start()");
+		}
 	}
 }
 
@@ -1659,7 +1715,8 @@ check_inputs_retired(StartState *st)
 		PendingMapping *pm = lfirst(lc);
 
 		for (int i = 0; i < pm->ninputs; i++)
-			if (!list_member_oid(st->retired, pm->inputs[i]))
+			if (!list_member_oid(st->retired, pm->inputs[i]) &&
+				!list_member_oid(st->live, pm->inputs[i]))
 				elog(ERROR, "leapfrog: mapping input \"%s\" was not retired",
 					 get_rel_name(pm->inputs[i]));
 		if (!OidIsValid(get_rel_namespace(pm->target)))
@@ -1694,9 +1751,14 @@ record_migration(StartState *st)
 	ListCell   *lc,
 			   *lc2;
 
+	ListCell   *lc3;
+
 	forboth(lc, st->retired, lc2, st->retired_names)
 		lf_catalog_add_input(st->migration_id, lfirst_oid(lc), (char *) lfirst(lc2),
-							 altered_in_place(st, lfirst_oid(lc)));
+							 altered_in_place(st, lfirst_oid(lc)), InvalidOid);
+	forthree(lc, st->live, lc2, st->live_keys, lc3, st->live_names)
+		lf_catalog_add_input(st->migration_id, lfirst_oid(lc), (char *) lfirst(lc3), false,
+							 lfirst_oid(lc2));
 	foreach(lc, st->mappings)
 	{
 		PendingMapping *pm = lfirst(lc);
@@ -1714,6 +1776,7 @@ switch_attempt(void *arg)
 	StartState *st = arg;
 
 	st->created = st->retired = st->retired_names = st->mappings = st->replacements = NIL;
+	st->live = st->live_keys = st->live_names = NIL;
 	st->notices = st->plan = NIL;
 	st->current = st->ran = 0;
 	if (SPI_connect() != SPI_OK_CONNECT)

@@ -45,6 +45,7 @@
 #include "optimizer/optimizer.h"
 #include "parser/parse_coerce.h"
 #include "parser/parsetree.h"
+#include "utils/datum.h"
 #include "utils/hsearch.h"
 #include "utils/fmgroids.h"
 #include "utils/lsyscache.h"
@@ -554,6 +555,14 @@ lf_units_of(LfMapping *m, int from, ItemPointer seeds, int nseeds, Snapshot snap
 			anynull |= nulls[k];
 		}
 		u = palloc0(sizeof(LfUnit));
+		u->key = palloc(sizeof(Datum) * m->nkeys);
+		for (k = 0; k < m->nkeys; k++)
+		{
+			Form_pg_attribute att = TupleDescAttr(RelationGetDescr(rels[from]),
+												  m->keys[from][k] - 1);
+
+			u->key[k] = nulls[k] ? (Datum) 0 : datumCopy(values[k], att->attbyval, att->attlen);
+		}
 		if (anynull && m->kind == LF_MAP_JOIN)
 		{
 			/* a NULL join key matches nothing: the row is a unit of its own */
@@ -591,4 +600,31 @@ lf_units_of(LfMapping *m, int from, ItemPointer seeds, int nseeds, Snapshot snap
 	}
 	hash_destroy(seen);
 	return units;
+}
+
+/*
+ * The rows of the group of key (values of input 0's key columns, none
+ * NULL) of GROUP BY mapping m, as snap sees them: a live input's group
+ * found by the key of a row being written (live.c), which may have none.
+ */
+LfUnit *
+lf_unit_by_key(LfMapping *m, Datum *key, Snapshot snap)
+{
+	UnitPlan   *up = unit_plan(m);
+	Relation	rel = table_open(m->inputs[0], AccessShareLock);
+	Relation	idx = index_open(up->lookup[0][0].index, AccessShareLock);
+	TupleTableSlot *slot = table_slot_create(rel, NULL);
+	bool		nulls[INDEX_MAX_KEYS] = {0};
+	List	   *found = NIL;
+	LfUnit	   *u = palloc0(sizeof(LfUnit));
+
+	Assert(m->kind == LF_MAP_GROUPS);
+	lookup_rows(rel, idx, &up->lookup[0][0], m->nkeys, key, nulls, snap, slot, &found);
+	u->n[0] = tid_list_to_array(found, &u->tids[0]);
+	u->key = key;
+	list_free_deep(found);
+	ExecDropSingleTupleTableSlot(slot);
+	index_close(idx, AccessShareLock);
+	table_close(rel, NoLock);
+	return u;
 }

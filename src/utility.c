@@ -22,6 +22,7 @@
 
 #include "access/xact.h"
 #include "catalog/heap.h"
+#include "catalog/index.h"
 #include "catalog/namespace.h"
 #include "access/table.h"
 #include "nodes/makefuncs.h"
@@ -61,6 +62,28 @@ lf_refuse_if_migrating(Oid relid, const char *relname, const char *what)
 				 errdetail("Its rows are still being migrated."),
 				 errhint("Wait with SELECT leapfrog.wait('%s'), or finish now with SELECT leapfrog.complete('%s').",
 						 mig->name, mig->name)));
+}
+
+/*
+ * As check_relation, for what leaves a live input tracked in place
+ * (live.c) correct: COPY (its FROM fires the trigger), CREATE INDEX,
+ * CLUSTER and VACUUM FULL (groups are tracked by key, not by ctid).
+ */
+static void
+check_relation_unless_live(RangeVar *rv, const char *what)
+{
+	Oid			relid;
+	LfMigration *mig;
+
+	if (rv == NULL)
+		return;
+	relid = RangeVarGetRelid(rv, NoLock, true);
+	if (!OidIsValid(relid))
+		return;
+	mig = lf_migration_by_input(relid);
+	if (mig && list_member_oid(mig->live, relid))
+		return;
+	lf_refuse_if_migrating(relid, rv->relname, what);
 }
 
 static void
@@ -149,7 +172,7 @@ check_utility(Node *stmt)
 			check_relation(((RenameStmt *) stmt)->relation, "rename");
 			break;
 		case T_IndexStmt:
-			check_relation(((IndexStmt *) stmt)->relation, "index");
+			check_relation_unless_live(((IndexStmt *) stmt)->relation, "index");
 			break;
 		case T_CreateTrigStmt:
 			/* a trigger would fire on rows migrated later: eager never would */
@@ -168,12 +191,12 @@ check_utility(Node *stmt)
 				check_truncate_cascade((TruncateStmt *) stmt);
 			break;
 		case T_CopyStmt:
-			check_relation(((CopyStmt *) stmt)->relation, "COPY");
+			check_relation_unless_live(((CopyStmt *) stmt)->relation, "COPY");
 			break;
 		case T_ClusterStmt:
 			if (((ClusterStmt *) stmt)->relation == NULL)
 				refuse_every_table("CLUSTER");
-			check_relation(((ClusterStmt *) stmt)->relation, "cluster");
+			check_relation_unless_live(((ClusterStmt *) stmt)->relation, "cluster");
 			break;
 		case T_VacuumStmt:
 			{
@@ -187,7 +210,7 @@ check_utility(Node *stmt)
 					refuse_every_table("VACUUM FULL");
 				if (full)
 					foreach(lc, v->rels)
-						check_relation(((VacuumRelation *) lfirst(lc))->relation, "VACUUM FULL");
+						check_relation_unless_live(((VacuumRelation *) lfirst(lc))->relation, "VACUUM FULL");
 				break;
 			}
 		case T_DropStmt:
@@ -197,6 +220,17 @@ check_utility(Node *stmt)
 				if (d->removeType == OBJECT_TABLE)
 					foreach(lc, d->objects)
 						check_relation(makeRangeVarFromNameList(lfirst(lc)), "drop");
+				/* a live input's groups are found through its indexes */
+				if (d->removeType == OBJECT_INDEX)
+					foreach(lc, d->objects)
+					{
+						Oid			idx = RangeVarGetRelid(makeRangeVarFromNameList(lfirst(lc)),
+														   NoLock, true);
+						Oid			rel = OidIsValid(idx) ? IndexGetRelation(idx, true) : InvalidOid;
+
+						if (OidIsValid(rel))
+							lf_refuse_if_migrating(rel, get_rel_name(rel), "drop an index of");
+					}
 				if (d->removeType == OBJECT_EXTENSION && lf_active != NIL)
 					foreach(lc, d->objects)
 						if (strcmp(strVal(lfirst(lc)), "leapfrog") == 0)

@@ -282,13 +282,16 @@ def cmd_plan(args):
         elif s["action"] == "retire":
             lines.append("%s: %s" % (s["input"] or "the table", s["detail"]
                                      or "kept in leapfrog_retired until its rows have moved"))
+        elif s["action"] == "track":
+            lines.append("%s stays live, tracked in place: %s" % (
+                s["input"], s["detail"] or "a write of a row first migrates its group"))
         if s["action"] in ("refused", "error"):
             msg = (s["detail"] or "").splitlines() or [""]
             lines.append("SQLSTATE %s: %s" % (s["sqlstate"], msg[0]))
             lines += ["DETAIL: " + m for m in msg[1:]]
             if s["hint"]:
                 lines.append("HINT: %s" % s["hint"])
-        elif s["detail"] and s["action"] != "retire":
+        elif s["detail"] and s["action"] not in ("retire", "track"):
             lines += s["detail"].splitlines()
         lines = [ln for ln in lines if ln]
         new_statement = s["statement"] is None or s["statement"] not in seen

@@ -26,6 +26,7 @@ class Chain:
     setup: list
     steps: list                  # [(script, [statements after it])]
     reads: list = field(default_factory=list)   # compared after every step
+    lazy_settings: list = field(default_factory=list)   # run first in the lazy database
 
 
 CUST_SETUP = [
@@ -287,7 +288,9 @@ CHAINS = [
     ),
     Chain(
         # a GROUP BY over a live input, then that input altered while the
-        # first migration still moves its rows
+        # first migration still moves its rows: the live input replaced
+        # lazily (tracked in place, a later script may not alter it:
+        # test_live_input_tracked_in_place_is_not_altered_meanwhile)
         "live_total_then_retype",
         ["CREATE TABLE orders (id int PRIMARY KEY, cust int NOT NULL, amt int NOT NULL)",
          "CREATE INDEX orders_cust ON orders (cust)",
@@ -309,6 +312,7 @@ CHAINS = [
          "SELECT * FROM total WHERE cust IN (5, 7, 10, 200) ORDER BY cust",
          "SELECT count(*), sum(amt), sum(n) FROM total",
          "SELECT * FROM orders WHERE cust = 7 ORDER BY id LIMIT 5"],
+        ["SET leapfrog.track_live_inputs = off"],
     ),
 ]
 
@@ -340,6 +344,8 @@ def _run(eager, lazy, chain, tag):
     """The chain in both databases, step by step; the reads compared after
     every step.  Returns the migration names."""
     names = []
+    for st in chain.lazy_settings:
+        lazy.execute(st)
     for st in chain.setup:
         eager.execute(st)
         lazy.execute(st)
@@ -379,6 +385,46 @@ def test_chain_equals_eager(quiet, chain, read_mode):
                               ).fetchall()
         assert all(s == "done" for _, s in states), states
         assert_same_tables(user_tables_state(eager), user_tables_state(lazy), chain.name)
+    assert retired_tables_after_completion(c, db) == []
+
+
+def test_live_input_tracked_in_place_is_not_altered_meanwhile(quiet):
+    """The live input of a GROUP BY, tracked in place (the default): a later
+    script that alters it is refused (55006) with nothing changed, until
+    the first migration is done; then it runs, and both end as eagerly."""
+    c = quiet
+    chain = next(ch for ch in CHAINS if ch.name == "live_total_then_retype")
+    db = "ch_in_place"
+    c.create_database(db + "_e")
+    c.create_database(db)
+    (script1, stmts1), (script2, _) = chain.steps
+    with c.connect(db + "_e") as eager, c.connect(db) as lazy:
+        for st in chain.setup:
+            eager.execute(st)
+            lazy.execute(st)
+        for conn in (eager, lazy):
+            with conn.transaction():
+                if conn is eager:
+                    conn.execute(script1)
+                else:
+                    conn.execute("SELECT leapfrog.start('first', %s)", [script1])
+            for st in stmts1:
+                conn.execute(st)
+        with pytest.raises(psycopg.errors.ObjectInUse) as err:
+            lazy.execute("SELECT leapfrog.start('second', %s)", [script2])
+        assert "first" in str(err.value)
+        assert lazy.execute("SELECT pg_typeof(amt)::text FROM orders LIMIT 1").fetchone() \
+            == ("integer",)
+        assert lazy.execute("SELECT count(*) FROM leapfrog.migrations WHERE name = 'second'"
+                            ).fetchone()[0] == 0
+        lazy.execute("SELECT leapfrog.complete('first')")
+        lazy.execute("SELECT leapfrog.start('second', %s)", [script2])
+        with eager.transaction():
+            eager.execute(script2)
+        lazy.execute("SELECT leapfrog.complete('second')")
+        for st in chain.reads:
+            assert outcome(eager, st) == outcome(lazy, st), st
+        assert_same_tables(user_tables_state(eager), user_tables_state(lazy), "in place")
     assert retired_tables_after_completion(c, db) == []
 
 

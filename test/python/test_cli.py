@@ -214,7 +214,7 @@ def test_plan_accepted_changes_nothing(quiet, tmp_path):
 
     res = cli_ok("-d", dsn, "plan", script)
     out = res.stdout
-    for action in ("run", "mapping", "retire", "replace"):
+    for action in ("run", "mapping", "retire", "replace", "track"):
         assert "  %s  " % action.ljust(8) in out, (action, out)
     for kind, frm, to in (("1:n", "public.cust", "public.cust_a"),
                           ("1:n", "public.cust", "public.cust_b"),
@@ -223,6 +223,7 @@ def test_plan_accepted_changes_nothing(quiet, tmp_path):
                           ("1:1", "public.item", "public.item2")):
         assert "%s  %s -> %s" % (kind, frm, to) in out, out
     assert "public.acct replaced lazily" in out
+    assert "public.ord stays live, tracked in place" in out
     assert "public.visit: kept in leapfrog_retired" in out
     assert "input ~5,000 rows" in out and "input ~1,500 rows" in out
     # no migration ever ran here: no rate to estimate from
@@ -235,7 +236,7 @@ def test_plan_accepted_changes_nothing(quiet, tmp_path):
     plan = json.loads(res.stdout)
     assert plan["accepted"] and plan["exit_code"] == 0
     steps = plan["statements"]
-    assert {s["action"] for s in steps} == {"run", "mapping", "retire", "replace"}
+    assert {s["action"] for s in steps} == {"run", "mapping", "retire", "replace", "track"}
     kinds = {(s["kind"], s["input"], s["target"]) for s in steps if s["action"] == "mapping"}
     assert kinds == {("1:n", "public.cust", "public.cust_a"),
                      ("1:n", "public.cust", "public.cust_b"),
@@ -243,7 +244,9 @@ def test_plan_accepted_changes_nothing(quiet, tmp_path):
                      ("n:n", "public.visit, public.cust", "public.named"),
                      ("1:1", "public.item", "public.item2")}
     replaced = {s["input"] for s in steps if s["action"] == "replace"}
-    assert replaced == {"public.ord", "public.acct"}      # the live input, the ALTER
+    assert replaced == {"public.acct"}                    # the ALTER
+    # the live input of the GROUP BY, its key NOT NULL
+    assert {s["input"] for s in steps if s["action"] == "track"} == {"public.ord"}
     retired = {s["input"] for s in steps if s["action"] == "retire"}
     assert retired == {"public.visit", "public.item", "public.cust"}
     for s in steps:

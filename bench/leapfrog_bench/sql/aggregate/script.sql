@@ -1,7 +1,7 @@
 -- Aggregate (chapter 4.4.2): the order totals that Delivery computes with
 -- SUM(ol_amount) become a table the new code maintains.  An n:1 migration;
--- order_line stays: Leapfrog replaces it lazily, its rows moving into a copy
--- with their orders' totals (README, "Inputs that stay live").
+-- order_line stays, tracked in place: a write of an order's lines first
+-- migrates the order's total (README, "Inputs that stay live").
 CREATE TABLE order_total (
     ot_w_id   int NOT NULL,
     ot_d_id   int NOT NULL,

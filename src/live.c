@@ -1,0 +1,653 @@
+/*-------------------------------------------------------------------------
+ * live.c
+ *	  Inputs that stay live, tracked in place: the table of migrated keys,
+ *	  its claims, and the row trigger that migrates a group before a write.
+ *
+ * A GROUP BY mapping's input that the script does not drop stays live:
+ * the application reads and writes it, and the mapping must read it as it
+ * was at start().  When the group key's columns are NOT NULL and no other
+ * mapping reads the table (start.c, track_in_place), the table is not
+ * replaced: it stays where it is, and the migration keeps
+ *
+ *	- a table of the keys of the groups migrated ("done keys", D), in
+ *	  leapfrog_retired, with a unique index of the key index's operator
+ *	  classes: a group is migrated exactly as long as its key is in D, and
+ *	  the key commits or aborts with the group's new row;
+ *	- a BEFORE INSERT OR UPDATE OR DELETE row trigger on the table, internal
+ *	  (pg_dump leaves it out), firing ALWAYS (replicas applying changes too),
+ *	  that migrates the group of the old and of the new row first.
+ *
+ * So a row written after start() only ever lands in a group already
+ * migrated, and an unmigrated group holds exactly its rows at start(): the
+ * mapping reads them with the step's own snapshot, no copy of the table,
+ * no frozen version.  Relevance and computing reads exclude the groups in D
+ * (an anti-join, lf_live_unmigrated_query); the worker walks the table's
+ * blocks; completion counts the rows whose key is not in D.
+ *
+ * Locking rules.
+ *	- A claim of a key (lf_live_claim) looks for it in D with a dirty
+ *	  snapshot.  Found and committed (or ours): migrated.  Found and in
+ *	  progress: its claimer is migrating the group; a session waits for its
+ *	  transaction (XactLockTableWait: sleeping, deadlock-checked) and looks
+ *	  again, a worker leaves the group.  Not found: the key is inserted, under
+ *	  a transaction lock on the mapping taken for the look-up and the insert
+ *	  only (LOCKTAG_ADVISORY, field4 LF_LIVE_LOCK_CLASS), so that two
+ *	  claimers never both insert it; once inserted, the in-progress key is
+ *	  what the next claimer meets.  An abort removes the key with the rows.
+ *	- Under REPEATABLE READ and SERIALIZABLE a statement that needs a group
+ *	  migrated by a transaction its snapshot cannot see fails with 40001, as
+ *	  a claim of a retired row does; a write of the live table does not
+ *	  (eagerly it conflicts with nothing there).
+ *	- start() creates the trigger under ShareRowExclusiveLock of the table,
+ *	  with the switch's lock_timeout and retries: writes in flight are
+ *	  fenced.  Dropping D at completion drops the trigger, which needs the
+ *	  table's AccessExclusiveLock: taken only conditionally (lf_drop_retired),
+ *	  retried by the workers; until then the trigger finds no migration and
+ *	  returns at once.
+ *-------------------------------------------------------------------------
+ */
+#include "leapfrog.h"
+
+#include "access/genam.h"
+#include "access/heapam.h"
+#include "access/htup_details.h"
+#include "access/relation.h"
+#include "access/table.h"
+#include "access/tableam.h"
+#include "catalog/dependency.h"
+#include "catalog/indexing.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_collation.h"
+#include "catalog/pg_depend.h"
+#include "catalog/pg_index.h"
+#include "catalog/pg_opclass.h"
+#include "catalog/pg_operator.h"
+#include "catalog/pg_trigger.h"
+#include "catalog/pg_type.h"
+#include "commands/trigger.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "nodes/makefuncs.h"
+#include "optimizer/optimizer.h"
+#include "parser/parse_func.h"
+#include "parser/parsetree.h"
+#include "storage/lmgr.h"
+#include "utils/builtins.h"
+#include "utils/datum.h"
+#include "utils/fmgroids.h"
+#include "utils/lsyscache.h"
+#include "utils/rel.h"
+#include "utils/snapmgr.h"
+#include "utils/syscache.h"
+
+PG_FUNCTION_INFO_V1(leapfrog_live_input_trigger);
+
+/* field4 of the advisory lock tag of a claim's look-up and insert */
+#define LF_LIVE_LOCK_CLASS 0x4C46
+
+/* ---------------------------------------------------------------------
+ * start(): the table of done keys and the trigger
+ * ---------------------------------------------------------------------
+ */
+
+/* "schema"."name" of a catalog object in namespace nsp */
+static char *
+qualified(Oid nsp, const char *name)
+{
+	return quote_qualified_identifier(get_namespace_name(nsp), name);
+}
+
+/*
+ * Why input 0 of group mapping m cannot be tracked in place, or NULL.
+ * (start.c checks what concerns the script: other mappings, replacements.)
+ */
+const char *
+lf_live_unsupported(LfMapping *m)
+{
+	Relation	rel;
+	const char *why = NULL;
+
+	if (m->kind != LF_MAP_GROUPS || m->ninputs != 1)
+		return "not a GROUP BY mapping";
+	rel = table_open(m->inputs[0], AccessShareLock);
+	if (rel->rd_rel->relkind != RELKIND_RELATION)
+		why = "not a plain table";
+	else if (rel->rd_rel->relrowsecurity)
+		why = "row security";
+	else if (rel->rd_rules)
+		why = "rules";
+	for (int k = 0; why == NULL && k < m->nkeys; k++)
+		if (!TupleDescAttr(RelationGetDescr(rel), m->keys[0][k] - 1)->attnotnull)
+			why = "a group key column that may be NULL";
+	if (why == NULL && rel->trigdesc)
+	{
+		/* a BEFORE row trigger firing after ours could change the key */
+		for (int i = 0; i < rel->trigdesc->numtriggers; i++)
+		{
+			Trigger    *t = &rel->trigdesc->triggers[i];
+
+			if (TRIGGER_FOR_ROW(t->tgtype) && TRIGGER_FOR_BEFORE(t->tgtype) &&
+				t->tgenabled != TRIGGER_DISABLED && strcmp(t->tgname, "~leapfrog") >= 0)
+				why = "a BEFORE row trigger named after \"~leapfrog\"";
+		}
+	}
+	table_close(rel, AccessShareLock);
+	return why;
+}
+
+/*
+ * Track input 0 of group mapping m in place for migration migration_id:
+ * create its table of done keys, owned by the extension's owner, and the
+ * trigger.  Returns the table's OID.  The caller runs inside SPI, in the
+ * switch's subtransaction (lock_timeout and retries).
+ */
+Oid
+lf_live_track(LfMapping *m, int migration_id)
+{
+	Oid			relid = m->inputs[0];
+	Oid			keyidx = lf_unit_index(m, 0);
+	Relation	idx;
+	StringInfoData cols,
+				idxcols,
+				sql;
+	char		name[NAMEDATALEN];
+	Oid			keys;
+	CreateTrigStmt *stmt;
+	ObjectAddress trig,
+				keysaddr;
+	LfSavedUser saved;
+	oidvector  *indclass;
+	bool		isnull;
+
+	/* fence: writes in flight commit first, or hold the switch back */
+	LockRelationOid(relid, ShareRowExclusiveLock);
+
+	idx = index_open(keyidx, AccessShareLock);
+	initStringInfo(&cols);
+	initStringInfo(&idxcols);
+	for (int k = 0; k < m->nkeys; k++)
+	{
+		AttrNumber	att = m->keys[0][k];
+		Oid			type,
+					coll;
+		int32		typmod;
+		HeapTuple	tup;
+
+		get_atttypetypmodcoll(relid, att, &type, &typmod, &coll);
+		appendStringInfo(&cols, "%s%s %s", k ? ", " : "",
+						 quote_identifier(get_attname(relid, att, false)),
+						 format_type_extended(type, typmod, FORMAT_TYPE_TYPEMOD_GIVEN | FORMAT_TYPE_FORCE_QUALIFY));
+		if (OidIsValid(coll))
+		{
+			tup = SearchSysCache1(COLLOID, ObjectIdGetDatum(coll));
+			if (!HeapTupleIsValid(tup))
+				elog(ERROR, "cache lookup failed for collation %u", coll);
+			appendStringInfo(&cols, " COLLATE %s",
+							 qualified(((Form_pg_collation) GETSTRUCT(tup))->collnamespace,
+									   NameStr(((Form_pg_collation) GETSTRUCT(tup))->collname)));
+			ReleaseSysCache(tup);
+		}
+		appendStringInfoString(&cols, " NOT NULL");
+	}
+	/* the unique index: the key index's operator class, so its equality */
+	indclass = (oidvector *) DatumGetPointer(SysCacheGetAttr(INDEXRELID, idx->rd_indextuple,
+															 Anum_pg_index_indclass, &isnull));
+	for (int k = 0; k < m->nkeys; k++)
+	{
+		AttrNumber	att = m->keys[0][k];
+		int			p;
+		HeapTuple	tup;
+		Form_pg_opclass opc;
+
+		for (p = 0; p < idx->rd_index->indnkeyatts; p++)
+			if (idx->rd_index->indkey.values[p] == att)
+				break;
+		if (p == idx->rd_index->indnkeyatts)
+			elog(ERROR, "leapfrog: key column %d not in index %u", att, keyidx);
+		tup = SearchSysCache1(CLAOID, ObjectIdGetDatum(indclass->values[p]));
+		if (!HeapTupleIsValid(tup))
+			elog(ERROR, "cache lookup failed for operator class %u", indclass->values[p]);
+		opc = (Form_pg_opclass) GETSTRUCT(tup);
+		appendStringInfo(&idxcols, "%s%s %s", k ? ", " : "",
+						 quote_identifier(get_attname(relid, att, false)),
+						 qualified(opc->opcnamespace, NameStr(opc->opcname)));
+		ReleaseSysCache(tup);
+	}
+	index_close(idx, AccessShareLock);
+
+	snprintf(name, sizeof(name), "m%d_%u_done_keys", migration_id, relid);
+	initStringInfo(&sql);
+	appendStringInfo(&sql, "CREATE TABLE leapfrog_retired.%s (%s)",
+					 quote_identifier(name), cols.data);
+	saved = lf_become(lf_catalog_owner(), 0);
+	if (SPI_execute(sql.data, false, 0) != SPI_OK_UTILITY)
+		elog(ERROR, "leapfrog: could not create %s", name);
+	resetStringInfo(&sql);
+	appendStringInfo(&sql, "CREATE UNIQUE INDEX ON leapfrog_retired.%s (%s)",
+					 quote_identifier(name), idxcols.data);
+	if (SPI_execute(sql.data, false, 0) != SPI_OK_UTILITY)
+		elog(ERROR, "leapfrog: could not index %s", name);
+	lf_unbecome(saved);
+	CommandCounterIncrement();
+	keys = get_relname_relid(name, lf_retired_namespace());
+	if (!OidIsValid(keys))
+		elog(ERROR, "leapfrog: %s not created", name);
+	lf_retired_join_extension(keys, true);
+
+	/*
+	 * The trigger: internal, so that pg_dump and \d leave it out and users
+	 * cannot drop it; it fires after the table's own BEFORE triggers with
+	 * names sorting before it (lf_live_unsupported refuses the others), and
+	 * goes with the table of done keys.
+	 */
+	stmt = makeNode(CreateTrigStmt);
+	stmt->trigname = "~leapfrog";
+	stmt->relation = NULL;
+	stmt->funcname = list_make2(makeString("leapfrog"), makeString("live_input_trigger"));
+	stmt->row = true;
+	stmt->timing = TRIGGER_TYPE_BEFORE;
+	stmt->events = TRIGGER_TYPE_INSERT | TRIGGER_TYPE_UPDATE | TRIGGER_TYPE_DELETE;
+	trig = CreateTriggerFiringOn(stmt, NULL, relid, InvalidOid, InvalidOid, InvalidOid,
+								 LookupFuncName(stmt->funcname, 0, NULL, false),
+								 InvalidOid, NULL, true, false, TRIGGER_FIRES_ALWAYS);
+	ObjectAddressSet(keysaddr, RelationRelationId, keys);
+	recordDependencyOn(&trig, &keysaddr, DEPENDENCY_AUTO);
+	CommandCounterIncrement();
+	return keys;
+}
+
+/*
+ * The table whose trigger goes when table of done keys `keys` is dropped,
+ * or InvalidOid.
+ */
+Oid
+lf_live_trigger_table(Oid keys)
+{
+	Relation	dep = table_open(DependRelationId, AccessShareLock);
+	ScanKeyData sk[2];
+	SysScanDesc scan;
+	HeapTuple	tup;
+	Oid			result = InvalidOid;
+
+	ScanKeyInit(&sk[0], Anum_pg_depend_refclassid, BTEqualStrategyNumber, F_OIDEQ,
+				ObjectIdGetDatum(RelationRelationId));
+	ScanKeyInit(&sk[1], Anum_pg_depend_refobjid, BTEqualStrategyNumber, F_OIDEQ,
+				ObjectIdGetDatum(keys));
+	scan = systable_beginscan(dep, DependReferenceIndexId, true, NULL, 2, sk);
+	while (HeapTupleIsValid(tup = systable_getnext(scan)))
+	{
+		Form_pg_depend d = (Form_pg_depend) GETSTRUCT(tup);
+		Relation	trel;
+		ScanKeyData tk;
+		SysScanDesc tscan;
+		HeapTuple	ttup;
+
+		if (d->classid != TriggerRelationId)
+			continue;
+		trel = table_open(TriggerRelationId, AccessShareLock);
+		ScanKeyInit(&tk, Anum_pg_trigger_oid, BTEqualStrategyNumber, F_OIDEQ,
+					ObjectIdGetDatum(d->objid));
+		tscan = systable_beginscan(trel, TriggerOidIndexId, true, NULL, 1, &tk);
+		if (HeapTupleIsValid(ttup = systable_getnext(tscan)))
+			result = ((Form_pg_trigger) GETSTRUCT(ttup))->tgrelid;
+		systable_endscan(tscan);
+		table_close(trel, AccessShareLock);
+	}
+	systable_endscan(scan);
+	table_close(dep, AccessShareLock);
+	return result;
+}
+
+/* ---------------------------------------------------------------------
+ * Reads: the mapping restricted to the groups not migrated
+ * ---------------------------------------------------------------------
+ */
+
+/*
+ * m's query AND NOT EXISTS (SELECT FROM done_keys d WHERE d.k1 = input.k1
+ * AND ...): what relevance and computing reads see of a live mapping (the
+ * key columns are NOT NULL, so equality is the group's identity).  The
+ * steps copy with m's own query, restricted to the rows they claimed.
+ */
+Query *
+lf_live_unmigrated_query(LfMapping *m)
+{
+	Query	   *q = copyObject(m->query);
+	Query	   *sub = makeNode(Query);
+	RangeTblEntry *rte = makeNode(RangeTblEntry);
+	SubLink    *sl = makeNode(SubLink);
+	List	   *conds = NIL;
+	List	   *colnames = NIL;
+
+	rte->rtekind = RTE_RELATION;
+	rte->relid = m->done_keys;
+	rte->relkind = RELKIND_RELATION;
+	rte->rellockmode = AccessShareLock;
+	rte->requiredPerms = ACL_SELECT;
+	rte->checkAsUser = lf_catalog_owner();
+	rte->inFromCl = true;
+	for (int k = 0; k < m->nkeys; k++)
+	{
+		Oid			type,
+					coll;
+		int32		typmod;
+		Oid			op = m->eqops[k];
+		OpExpr	   *eq;
+
+		get_atttypetypmodcoll(m->inputs[0], m->keys[0][k], &type, &typmod, &coll);
+		eq = (OpExpr *) make_opclause(op, BOOLOID, false,
+									  (Expr *) makeVar(1, k + 1, type, typmod, coll, 0),
+									  (Expr *) makeVar(m->rtis[0], m->keys[0][k], type, typmod, coll, 1),
+									  InvalidOid, m->collations[k]);
+		eq->opfuncid = get_opcode(op);
+		conds = lappend(conds, eq);
+		rte->selectedCols = bms_add_member(rte->selectedCols,
+										   k + 1 - FirstLowInvalidHeapAttributeNumber);
+		colnames = lappend(colnames, makeString(psprintf("k%d", k + 1)));
+	}
+	rte->eref = makeAlias("lf_done_keys", colnames);
+	sub->commandType = CMD_SELECT;
+	sub->querySource = QSRC_ORIGINAL;
+	sub->canSetTag = true;
+	sub->rtable = list_make1(rte);
+	sub->jointree = makeFromExpr(list_make1(makeNode(RangeTblRef)),
+								 (Node *) make_ands_explicit(conds));
+	((RangeTblRef *) linitial(sub->jointree->fromlist))->rtindex = 1;
+
+	sl->subLinkType = EXISTS_SUBLINK;
+	sl->subLinkId = 0;
+	sl->subselect = (Node *) sub;
+	sl->location = -1;
+	q->jointree->quals = make_and_qual(q->jointree->quals,
+									   (Node *) makeBoolExpr(NOT_EXPR, list_make1(sl), -1));
+	q->hasSubLinks = true;
+	return q;
+}
+
+/* ---------------------------------------------------------------------
+ * Claims
+ * ---------------------------------------------------------------------
+ */
+
+/* Look for key in D through its unique index with snap; the tuple in slot. */
+static bool
+probe(Relation keys, Relation idx, LfMapping *m, Datum *key, Snapshot snap,
+	  TupleTableSlot *slot)
+{
+	ScanKeyData sk[INDEX_MAX_KEYS];
+	IndexScanDesc scan;
+	bool		found;
+
+	for (int k = 0; k < m->nkeys; k++)
+		ScanKeyEntryInitialize(&sk[k], 0, k + 1, BTEqualStrategyNumber, InvalidOid,
+							   idx->rd_indcollation[k], get_opcode(m->eqops[k]), key[k]);
+	scan = index_beginscan(keys, idx, snap, m->nkeys, 0);
+	index_rescan(scan, sk, m->nkeys, NULL, 0);
+	found = index_getnext_slot(scan, ForwardScanDirection, slot);
+	index_endscan(scan);
+	return found;
+}
+
+/*
+ * Claim the group of key (values of the input's key columns, in key order)
+ * of live mapping m: LF_CLAIMED if this transaction now migrates it,
+ * LF_DONE if it is migrated (committed, or by this transaction), LF_BUSY
+ * if another transaction is migrating it and wait is false.  With wait, a
+ * claimer in progress is waited for.  With strict (a statement that needs
+ * the group's new row), a key committed by a transaction that snap cannot
+ * see fails with 40001 under REPEATABLE READ and SERIALIZABLE.
+ */
+LfLiveClaim
+lf_live_claim(LfMapping *m, Datum *key, bool wait, Snapshot snap, bool strict)
+{
+	Relation	keys = table_open(m->done_keys, RowExclusiveLock);
+	List	   *indexes = RelationGetIndexList(keys);
+	Relation	idx;
+	TupleTableSlot *slot = table_slot_create(keys, NULL);
+	LOCKTAG		tag;
+	LfLiveClaim result;
+
+	if (list_length(indexes) != 1)
+		elog(ERROR, "leapfrog: unexpected indexes on %s", RelationGetRelationName(keys));
+	idx = index_open(linitial_oid(indexes), RowExclusiveLock);
+	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, m->done_keys, 0, LF_LIVE_LOCK_CLASS);
+	for (;;)
+	{
+		SnapshotData dirty;
+		bool		locked = false;
+
+		CHECK_FOR_INTERRUPTS();
+		InitDirtySnapshot(dirty);
+		if (probe(keys, idx, m, key, &dirty, slot))
+		{
+			if (TransactionIdIsValid(dirty.xmin))
+			{
+				/* another transaction is migrating the group */
+				if (!wait)
+				{
+					result = LF_BUSY;
+					break;
+				}
+				XactLockTableWait(dirty.xmin, keys, &slot->tts_tid, XLTW_None);
+				continue;
+			}
+			if (strict && IsolationUsesXactSnapshot() &&
+				!table_tuple_satisfies_snapshot(keys, slot, snap))
+				ereport(ERROR,
+						(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+						 errmsg("could not serialize access due to concurrent update"),
+						 errdetail("A group the statement needs was migrated by a transaction its snapshot cannot see.")));
+			result = LF_DONE;
+			break;
+		}
+
+		/* not there: insert it, alone between the look-up and the insert */
+		if (LockAcquire(&tag, ExclusiveLock, false, !wait) == LOCKACQUIRE_NOT_AVAIL)
+		{
+			result = LF_BUSY;
+			break;
+		}
+		locked = true;
+		InitDirtySnapshot(dirty);
+		if (!probe(keys, idx, m, key, &dirty, slot))
+		{
+			bool		nulls[INDEX_MAX_KEYS] = {0};
+			HeapTuple	tup = heap_form_tuple(RelationGetDescr(keys), key, nulls);
+
+			CatalogTupleInsert(keys, tup);
+			heap_freetuple(tup);
+			LockRelease(&tag, ExclusiveLock, false);
+			result = LF_CLAIMED;
+			break;
+		}
+		if (locked)
+			LockRelease(&tag, ExclusiveLock, false);
+		/* inserted meanwhile: look again */
+	}
+	ExecDropSingleTupleTableSlot(slot);
+	index_close(idx, RowExclusiveLock);
+	table_close(keys, RowExclusiveLock);
+	return result;
+}
+
+/*
+ * Whether the group of key is migrated, by a committed transaction or by
+ * this one: the trigger's look before a claim, which a write of a group
+ * already migrated needs no more than.
+ */
+bool
+lf_live_done(LfMapping *m, Datum *key)
+{
+	Relation	keys = table_open(m->done_keys, RowExclusiveLock);
+	List	   *indexes = RelationGetIndexList(keys);
+	Relation	idx;
+	TupleTableSlot *slot = table_slot_create(keys, NULL);
+	SnapshotData dirty;
+	bool		done;
+
+	if (list_length(indexes) != 1)
+		elog(ERROR, "leapfrog: unexpected indexes on %s", RelationGetRelationName(keys));
+	idx = index_open(linitial_oid(indexes), RowExclusiveLock);
+	InitDirtySnapshot(dirty);
+	done = probe(keys, idx, m, key, &dirty, slot) && !TransactionIdIsValid(dirty.xmin);
+	ExecDropSingleTupleTableSlot(slot);
+	index_close(idx, RowExclusiveLock);
+	table_close(keys, RowExclusiveLock);
+	return done;
+}
+
+/* The key of live mapping m in tuple tup of its input (values not copied). */
+static void
+tuple_key(LfMapping *m, HeapTuple tup, TupleDesc desc, Datum *key)
+{
+	bool		isnull;
+
+	for (int k = 0; k < m->nkeys; k++)
+	{
+		key[k] = heap_getattr(tup, m->keys[0][k], desc, &isnull);
+		if (isnull)
+			ereport(ERROR,
+					(errcode(ERRCODE_NOT_NULL_VIOLATION),
+					 errmsg("leapfrog: NULL in group key column \"%s\" of a live input",
+							NameStr(TupleDescAttr(desc, m->keys[0][k] - 1)->attname))));
+	}
+}
+
+/* ---------------------------------------------------------------------
+ * The trigger
+ * ---------------------------------------------------------------------
+ */
+
+/*
+ * BEFORE INSERT OR UPDATE OR DELETE, FOR EACH ROW, on a live input tracked
+ * in place: migrate the group of the old row and of the new row first
+ * (lf_migrate_live_key), so that no write reaches a group before the
+ * mapping has read it as it was at start().  A snapshot older than start()
+ * cannot compute the group as it was at start(): 40001.
+ */
+Datum
+leapfrog_live_input_trigger(PG_FUNCTION_ARGS)
+{
+	TriggerData *td = (TriggerData *) fcinfo->context;
+	Oid			relid;
+	LfMigration *mig;
+	LfMapping  *m;
+	HeapTuple	result;
+	TupleDesc	desc;
+	Datum		oldkey[INDEX_MAX_KEYS];
+	Datum		newkey[INDEX_MAX_KEYS];
+	bool		has_old,
+				has_new;
+
+	if (!CALLED_AS_TRIGGER(fcinfo) || !TRIGGER_FIRED_BEFORE(td->tg_event) ||
+		!TRIGGER_FIRED_FOR_ROW(td->tg_event))
+		elog(ERROR, "leapfrog.live_input_trigger() is a BEFORE ROW trigger");
+	result = TRIGGER_FIRED_BY_UPDATE(td->tg_event) ? td->tg_newtuple : td->tg_trigtuple;
+	relid = RelationGetRelid(td->tg_relation);
+	if (!lf_cache_valid)
+		lf_cache_load();
+	mig = lf_migration_by_input(relid);
+	if (mig == NULL || (m = lf_unit_mapping(mig, relid)) == NULL || !OidIsValid(m->done_keys))
+		return PointerGetDatum(result);		/* done: the trigger goes soon */
+
+	if (IsolationUsesXactSnapshot() && !lf_xact_visible(&mig->started, GetTransactionSnapshot()))
+		lf_snapshot_predates(mig->name,
+							 "the transaction's snapshot predates its start, and the statement "
+							 "writes a table the migration reads as it was at start().");
+
+	desc = RelationGetDescr(td->tg_relation);
+	has_old = !TRIGGER_FIRED_BY_INSERT(td->tg_event);
+	has_new = !TRIGGER_FIRED_BY_DELETE(td->tg_event);
+	if (has_old)
+		tuple_key(m, td->tg_trigtuple, desc, oldkey);
+	if (has_new)
+		tuple_key(m, result, desc, newkey);
+	if (has_old && has_new)
+	{
+		bool		same = true;
+
+		for (int k = 0; same && k < m->nkeys; k++)
+		{
+			Form_pg_attribute att = TupleDescAttr(desc, m->keys[0][k] - 1);
+
+			same = datumIsEqual(oldkey[k], newkey[k], att->attbyval, att->attlen);
+		}
+		has_new = !same;
+	}
+	if (has_old)
+		lf_migrate_live_key(mig, m, oldkey);
+	if (has_new)
+		lf_migrate_live_key(mig, m, newkey);
+	return PointerGetDatum(result);
+}
+
+/* ---------------------------------------------------------------------
+ * Rows left
+ * ---------------------------------------------------------------------
+ */
+
+/*
+ * The rows of live input m->inputs[0] whose group is not migrated, as snap
+ * sees them: how many, or with tids, the tids of at most max of them.
+ */
+uint64
+lf_live_rows_left(LfMapping *m, Snapshot snap, ItemPointerData *tids, uint64 max)
+{
+	Oid			relid = m->inputs[0];
+	StringInfoData sql;
+	SPIPlanPtr	plan;
+	LfSavedUser saved;
+	uint64		n = 0;
+
+	initStringInfo(&sql);
+	appendStringInfo(&sql, "SELECT %s FROM ONLY %s l WHERE NOT EXISTS (SELECT FROM %s d WHERE ",
+					 tids ? "l.ctid" : "pg_catalog.count(*)",
+					 lf_relation_name(relid), lf_relation_name(m->done_keys));
+	for (int k = 0; k < m->nkeys; k++)
+	{
+		HeapTuple	tup = SearchSysCache1(OPEROID, ObjectIdGetDatum(m->eqops[k]));
+		Form_pg_operator op;
+
+		if (!HeapTupleIsValid(tup))
+			elog(ERROR, "cache lookup failed for operator %u", m->eqops[k]);
+		op = (Form_pg_operator) GETSTRUCT(tup);
+		appendStringInfo(&sql, "%sd.%s OPERATOR(%s.%s) l.%s", k ? " AND " : "",
+						 quote_identifier(get_attname(m->done_keys, k + 1, false)),
+						 quote_identifier(get_namespace_name(op->oprnamespace)),
+						 NameStr(op->oprname),
+						 quote_identifier(get_attname(relid, m->keys[0][k], false)));
+		ReleaseSysCache(tup);
+	}
+	appendStringInfoChar(&sql, ')');
+	if (tids)
+		appendStringInfo(&sql, " LIMIT " UINT64_FORMAT, max);
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	saved = lf_become(lf_catalog_owner(), SECURITY_RESTRICTED_OPERATION);
+	plan = SPI_prepare(sql.data, 0, NULL);
+	if (plan == NULL)
+		elog(ERROR, "leapfrog: could not prepare %s", sql.data);
+	if (SPI_execute_snapshot(plan, NULL, NULL, snap, InvalidSnapshot, true, false, 0) != SPI_OK_SELECT)
+		elog(ERROR, "leapfrog: could not count the rows left of %s", get_rel_name(relid));
+	lf_unbecome(saved);
+	if (tids)
+	{
+		for (n = 0; n < SPI_processed; n++)
+		{
+			bool		isnull;
+
+			tids[n] = *DatumGetItemPointer(SPI_getbinval(SPI_tuptable->vals[n],
+														 SPI_tuptable->tupdesc, 1, &isnull));
+		}
+	}
+	else if (SPI_processed == 1)
+	{
+		bool		isnull;
+
+		n = (uint64) DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc,
+												 1, &isnull));
+	}
+	SPI_finish();
+	return n;
+}
