@@ -1,0 +1,203 @@
+"""A live input tracked in place (src/live.c) under concurrent writers, the
+background worker and kill -9.
+
+`lines` stays live and `total` aggregates it (GROUP BY o, NOT NULL key).
+Writer threads update, delete and insert lines (inserts into existing and
+into new orders) and read totals, while the worker migrates; the postmaster,
+then a worker, are killed with SIGKILL mid-migration.  Invariants, checked
+after each crash with nobody migrating and at the end:
+
+- every key in the table of done keys has exactly the total row eager
+  computed at start() (or none, for an order that did not exist at start or
+  a group the HAVING left out), and every total row has its key: a group
+  migrated exactly once, whole, durable with its key;
+- at the end, total equals the eager aggregate of the lines as they were at
+  start(), whatever the writers did to the lines afterwards, and the trigger
+  and the table of done keys are gone.
+"""
+
+import os
+import random
+import signal
+import threading
+import time
+
+import psycopg
+import pytest
+
+from support import MOCK, needs_real_extension, wait_until
+
+N_ORDERS = 6000
+SCRIPT = """
+  CREATE TABLE total (o int PRIMARY KEY, n bigint NOT NULL, amt bigint NOT NULL);
+  INSERT INTO total SELECT o, count(*), sum(amt) FROM lines GROUP BY o HAVING sum(amt) > 3;
+"""
+
+
+def setup(make_cluster, **gucs):
+    c = make_cluster(**gucs)
+    c.create_database("app")
+    with c.connect("app") as conn:
+        conn.execute("CREATE TABLE lines (id bigserial PRIMARY KEY, o int NOT NULL, amt int)")
+        conn.execute("CREATE INDEX lines_o ON lines (o)")
+        conn.execute("INSERT INTO lines (o, amt) SELECT o, (o * 7 + n) %% 50 "
+                     "FROM generate_series(1, %s) o, generate_series(1, 1 + o %% 9) n",
+                     [N_ORDERS])
+        conn.execute("CREATE TABLE eager_total AS SELECT o, count(*) AS n, sum(amt) AS amt "
+                     "FROM lines GROUP BY o HAVING sum(amt) > 3")
+        conn.execute("ANALYZE")
+        conn.execute("SELECT leapfrog.start('live_total', %s)", [SCRIPT])
+        keys = conn.execute("SELECT live_keys::regclass::text FROM leapfrog.input "
+                            "WHERE live_keys IS NOT NULL").fetchall()
+        assert len(keys) == 1, "lines is not tracked in place: %r" % keys
+    c.keys_table = keys[0][0]
+    return c
+
+
+class LineWriters:
+    """Threads writing lines and reading totals until stopped; a connection
+    error (the crash) makes a thread reconnect."""
+
+    def __init__(self, c, n, seed):
+        self.c, self.stop_ev = c, threading.Event()
+        self.committed, self.errors_seen = 0, []
+        self.lock = threading.Lock()
+        self.threads = [threading.Thread(target=self._run, args=(seed + i,), daemon=True)
+                        for i in range(n)]
+
+    def _one(self, conn, rnd):
+        o = rnd.randint(1, N_ORDERS + 500)       # some orders are new
+        kind = rnd.random()
+        with conn.transaction():
+            if kind < 0.35:
+                conn.execute("UPDATE lines SET amt = amt + 1 WHERE o = %s", [o])
+            elif kind < 0.5:
+                conn.execute("DELETE FROM lines WHERE id = (SELECT min(id) FROM lines "
+                             "WHERE o = %s)", [o])
+            elif kind < 0.7:
+                conn.execute("INSERT INTO lines (o, amt) VALUES (%s, 5), (%s, 6)", [o, o])
+            elif kind < 0.8:
+                conn.execute("UPDATE lines SET o = %s WHERE id = (SELECT min(id) FROM lines "
+                             "WHERE o = %s)", [rnd.randint(1, N_ORDERS), o])
+            else:
+                conn.execute("SELECT * FROM total WHERE o = %s", [o]).fetchall()
+
+    def _run(self, seed):
+        rnd = random.Random(seed)
+        conn = None
+        while not self.stop_ev.is_set():
+            try:
+                if conn is None:
+                    conn = self.c.connect("app")
+                self._one(conn, rnd)
+                with self.lock:
+                    self.committed += 1
+            except (psycopg.OperationalError, psycopg.errors.AdminShutdown,
+                    psycopg.errors.CrashShutdown, psycopg.errors.CannotConnectNow):
+                conn = None
+                time.sleep(0.1)
+            except psycopg.errors.SerializationFailure:
+                pass
+            except psycopg.errors.DeadlockDetected:
+                pass                            # two writers moving lines across orders
+            except psycopg.Error as e:
+                with self.lock:
+                    self.errors_seen.append(repr(e))
+                conn = None
+        if conn is not None:
+            conn.close()
+
+    def start(self):
+        for t in self.threads:
+            t.start()
+
+    def stop(self):
+        self.stop_ev.set()
+        for t in self.threads:
+            t.join(30)
+
+    def wait_committed(self, n, timeout):
+        target = self.committed + n
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.committed >= target:
+                return True
+            time.sleep(0.05)
+        return False
+
+
+def check_exactly_once(c):
+    """The eager answer, mid-migration: a computing read of total (its rows
+    plus the groups whose key is not in the table of done keys, on one
+    snapshot) equals the eager aggregate at start().  A group lost (key
+    without its row), migrated twice or without its key (its row and its
+    computed row), or computed from part of its lines or from later writes
+    shows as a difference."""
+    with c.connect("app") as conn:
+        conn.execute("SET leapfrog.read_mode = compute")
+        diff = conn.execute(
+            "(SELECT * FROM total EXCEPT ALL SELECT * FROM eager_total) UNION ALL "
+            "(SELECT * FROM eager_total EXCEPT ALL SELECT * FROM total) LIMIT 10").fetchall()
+        migrated = conn.execute("SELECT count(*) FROM %s" % c.keys_table).fetchone()[0]
+    assert diff == [], "total differs from the eager aggregate at start(): %r" % diff
+    return migrated
+
+
+def final_check(c):
+    with c.connect("app") as conn:
+        conn.execute("SELECT leapfrog.complete('live_total')")
+        diff = conn.execute(
+            "(SELECT * FROM total EXCEPT ALL SELECT * FROM eager_total) UNION ALL "
+            "(SELECT * FROM eager_total EXCEPT ALL SELECT * FROM total) LIMIT 10").fetchall()
+        assert diff == [], "total differs from the eager aggregate at start(): %r" % diff
+        wait_until(lambda: conn.execute(
+            "SELECT count(*) FROM pg_trigger WHERE tgrelid = 'lines'::regclass").fetchone()[0] == 0
+            and conn.execute("SELECT to_regclass(%s)", [c.keys_table]).fetchone()[0] is None,
+            60, what="the trigger and the table of done keys dropped")
+
+
+def left(c):
+    return c.sql("SELECT leapfrog.remaining('live_total') FROM leapfrog.migrations "
+                 "WHERE name = 'live_total' AND state = 'running'", dbname="app")
+
+
+def test_live_in_place_survives_kill_postmaster_and_worker(make_cluster):
+    needs_real_extension()
+    if MOCK:
+        pytest.skip("needs the real extension")
+    c = setup(make_cluster, **{"leapfrog.background": "on",
+                               "leapfrog.background_delay": 300,
+                               "leapfrog.batch_size": 300,
+                               "leapfrog.background_naptime": 200})
+    total_rows = c.sql("SELECT count(*) FROM lines", dbname="app")[0][0]
+    writers = LineWriters(c, 4, seed=7)
+    writers.start()
+    try:
+        assert writers.wait_committed(50, 60), writers.errors_seen[:5]
+        wait_until(lambda: (left(c) or [[0]])[0][0] <= total_rows * 0.8, 120, interval=0.05,
+                   what="a fifth of the lines migrated")
+        assert check_exactly_once(c) > 0
+        before = left(c)
+        assert before and before[0][0] > 0, "migrated before the crash: nothing to test"
+        c.kill_postmaster(restart=True)
+        print("postmaster killed with %d of %d lines left" % (before[0][0], total_rows))
+        assert writers.wait_committed(50, 120), writers.errors_seen[:5]
+        check_exactly_once(c)
+        # a worker killed mid-batch (the postmaster restarts every backend)
+        wait_until(lambda: c.sql("SELECT count(*) FROM pg_stat_activity WHERE backend_type "
+                                 "= 'leapfrog worker'", dbname="app")[0][0] > 0, 60,
+                   what="a worker running again")
+        before = left(c)
+        assert before and before[0][0] > 0, "migrated before the worker's kill"
+        for (pid,) in c.sql("SELECT pid FROM pg_stat_activity "
+                            "WHERE backend_type = 'leapfrog worker'", dbname="app"):
+            os.kill(pid, signal.SIGKILL)
+        print("worker killed with %d lines left" % before[0][0])
+        time.sleep(1)
+        assert writers.wait_committed(50, 120), writers.errors_seen[:5]
+        check_exactly_once(c)
+    finally:
+        writers.stop()
+    assert writers.errors_seen == [], writers.errors_seen[:5]
+    check_exactly_once(c)
+    final_check(c)
