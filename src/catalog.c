@@ -385,7 +385,10 @@ load_mapping(HeapTuple tup, TupleDesc desc)
 			if (lfirst_oid(li) == map->inputs[0])
 			{
 				map->done_keys = lfirst_oid(lk);
-				map->unmigrated = lf_live_unmigrated_query(map);
+				/* both are there unless dropped behind the DDL guard's back */
+				if (SearchSysCacheExists1(RELOID, ObjectIdGetDatum(map->inputs[0])) &&
+					SearchSysCacheExists1(RELOID, ObjectIdGetDatum(map->done_keys)))
+					map->unmigrated = lf_live_unmigrated_query(map);
 			}
 	}
 	m->mappings = lappend(m->mappings, map);

@@ -181,7 +181,16 @@ lf_drop_retired(List *relids)
 		lf_retired_join_extension(relid, false);
 		CommandCounterIncrement();
 		ObjectAddressSet(addr, RelationRelationId, relid);
-		performDeletion(&addr, DROP_RESTRICT, PERFORM_DELETION_INTERNAL);
+		lf_dropping_own = true;
+		PG_TRY();
+		{
+			performDeletion(&addr, DROP_RESTRICT, PERFORM_DELETION_INTERNAL);
+		}
+		PG_FINALLY();
+		{
+			lf_dropping_own = false;
+		}
+		PG_END_TRY();
 	}
 }
 

@@ -424,6 +424,7 @@ extern void lf_wake_worker_at_commit(void);
 
 /* utility.c */
 extern bool lf_chaining;
+extern bool lf_dropping_own;
 extern void lf_refuse_if_migrating(Oid relid, const char *relname, const char *what);
 extern void lf_install_utility_hook(void);
 

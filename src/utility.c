@@ -22,6 +22,8 @@
 
 #include "access/xact.h"
 #include "catalog/heap.h"
+#include "catalog/objectaccess.h"
+#include "catalog/pg_class.h"
 #include "catalog/index.h"
 #include "catalog/namespace.h"
 #include "access/table.h"
@@ -33,6 +35,10 @@
 #include "utils/lsyscache.h"
 
 static ProcessUtility_hook_type prev_ProcessUtility = NULL;
+static object_access_hook_type prev_object_access = NULL;
+
+/* Set while the extension drops a table of done keys itself (complete.c). */
+bool		lf_dropping_own = false;
 
 /*
  * Set by start() while it runs a script: a table an earlier migration is
@@ -362,9 +368,44 @@ lf_ProcessUtility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTree
 	}
 }
 
+/*
+ * A live input tracked in place, or its table of done keys, dropped by
+ * anything but the extension while its migration runs: DROP SCHEMA ...
+ * CASCADE and DROP OWNED reach a table without naming it, past the checks
+ * above.  The migration would lose the rows it has still to read.
+ */
+static void
+lf_object_access(ObjectAccessType access, Oid classId, Oid objectId, int subId, void *arg)
+{
+	if (prev_object_access)
+		prev_object_access(access, classId, objectId, subId, arg);
+	if (access != OAT_DROP || classId != RelationRelationId || subId != 0 ||
+		lf_dropping_own || !IsTransactionState() || !lf_any_active())
+		return;
+	{
+		ListCell   *lc;
+
+		foreach(lc, lf_active)
+		{
+			LfMigration *mig = lfirst(lc);
+
+			if (list_member_oid(mig->live, objectId) || list_member_oid(mig->live_keys, objectId))
+				ereport(ERROR,
+						(errcode(ERRCODE_OBJECT_IN_USE),
+						 errmsg("cannot drop table \"%s\" while leapfrog migration \"%s\" is running",
+								get_rel_name(objectId), mig->name),
+						 errdetail("The migration reads it in place."),
+						 errhint("Wait with SELECT leapfrog.wait('%s'), or finish now with SELECT leapfrog.complete('%s').",
+								 mig->name, mig->name)));
+		}
+	}
+}
+
 void
 lf_install_utility_hook(void)
 {
+	prev_object_access = object_access_hook;
+	object_access_hook = lf_object_access;
 	prev_ProcessUtility = ProcessUtility_hook;
 	ProcessUtility_hook = lf_ProcessUtility;
 }
