@@ -26,14 +26,16 @@
  *
  * Locking rules.
  *	- A claim of a key (lf_live_claim) looks for it in D with a dirty
- *	  snapshot.  Found and committed (or ours): migrated.  Found and in
- *	  progress: its claimer is migrating the group; a session waits for its
- *	  transaction (XactLockTableWait: sleeping, deadlock-checked) and looks
- *	  again, a worker leaves the group.  Not found: the key is inserted, under
- *	  a transaction lock on the mapping taken for the look-up and the insert
- *	  only (LOCKTAG_ADVISORY, field4 LF_LIVE_LOCK_CLASS), so that two
- *	  claimers never both insert it; once inserted, the in-progress key is
- *	  what the next claimer meets.  An abort removes the key with the rows.
+ *	  snapshot, under a transaction lock on the mapping taken for the
+ *	  look-up and the insert only (LOCKTAG_ADVISORY, field4
+ *	  LF_LIVE_LOCK_CLASS; everyone waits for it, its holder for nothing), so
+ *	  that two claimers never both insert a key.
+ *	  Found and committed (or ours): migrated.  Found and in progress: its
+ *	  claimer is migrating the group; a session releases the lock, waits for
+ *	  that transaction (XactLockTableWait: sleeping, deadlock-checked) and
+ *	  looks again, a worker leaves the group.  Not found: the key is
+ *	  inserted, and once inserted, the in-progress key is what the next
+ *	  claimer meets.  An abort removes the key with the rows.
  *	- Under REPEATABLE READ and SERIALIZABLE a statement that needs a group
  *	  migrated by a transaction its snapshot cannot see fails with 40001, as
  *	  a claim of a retired row does; a write of the live table does not
@@ -414,40 +416,18 @@ lf_live_claim(LfMapping *m, Datum *key, bool wait, Snapshot snap, bool strict)
 	for (;;)
 	{
 		SnapshotData dirty;
-		bool		locked = false;
+		TransactionId xwait;
 
 		CHECK_FOR_INTERRUPTS();
-		InitDirtySnapshot(dirty);
-		if (probe(keys, idx, m, key, &dirty, slot))
-		{
-			if (TransactionIdIsValid(dirty.xmin))
-			{
-				/* another transaction is migrating the group */
-				if (!wait)
-				{
-					result = LF_BUSY;
-					break;
-				}
-				XactLockTableWait(dirty.xmin, keys, &slot->tts_tid, XLTW_None);
-				continue;
-			}
-			if (strict && IsolationUsesXactSnapshot() &&
-				!table_tuple_satisfies_snapshot(keys, slot, snap))
-				ereport(ERROR,
-						(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
-						 errmsg("could not serialize access due to concurrent update"),
-						 errdetail("A group the statement needs was migrated by a transaction its snapshot cannot see.")));
-			result = LF_DONE;
-			break;
-		}
 
-		/* not there: insert it, alone between the look-up and the insert */
-		if (LockAcquire(&tag, ExclusiveLock, false, !wait) == LOCKACQUIRE_NOT_AVAIL)
-		{
-			result = LF_BUSY;
-			break;
-		}
-		locked = true;
+		/*
+		 * One look-up, alone with the insert that may follow: a key absent
+		 * now cannot be inserted by another claimer before ours.  Its holder
+		 * waits for nothing while it holds it, so a worker waits for it too
+		 * (skipping the group when the lock was busy made two workers skip
+		 * each other's groups and pass over the table again).
+		 */
+		(void) LockAcquire(&tag, ExclusiveLock, false, false);
 		InitDirtySnapshot(dirty);
 		if (!probe(keys, idx, m, key, &dirty, slot))
 		{
@@ -460,9 +440,27 @@ lf_live_claim(LfMapping *m, Datum *key, bool wait, Snapshot snap, bool strict)
 			result = LF_CLAIMED;
 			break;
 		}
-		if (locked)
-			LockRelease(&tag, ExclusiveLock, false);
-		/* inserted meanwhile: look again */
+		LockRelease(&tag, ExclusiveLock, false);
+		xwait = dirty.xmin;
+		if (TransactionIdIsValid(xwait))
+		{
+			/* another transaction is migrating the group */
+			if (!wait)
+			{
+				result = LF_BUSY;
+				break;
+			}
+			XactLockTableWait(xwait, keys, &slot->tts_tid, XLTW_None);
+			continue;
+		}
+		if (strict && IsolationUsesXactSnapshot() &&
+			!table_tuple_satisfies_snapshot(keys, slot, snap))
+			ereport(ERROR,
+					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+					 errmsg("could not serialize access due to concurrent update"),
+					 errdetail("A group the statement needs was migrated by a transaction its snapshot cannot see.")));
+		result = LF_DONE;
+		break;
 	}
 	ExecDropSingleTupleTableSlot(slot);
 	index_close(idx, RowExclusiveLock);
