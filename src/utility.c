@@ -369,35 +369,36 @@ lf_ProcessUtility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTree
 }
 
 /*
- * A live input tracked in place, or its table of done keys, dropped by
- * anything but the extension while its migration runs: DROP SCHEMA ...
- * CASCADE and DROP OWNED reach a table without naming it, past the checks
- * above.  The migration would lose the rows it has still to read.
+ * A table of a running migration dropped by anything but the extension: an
+ * input (retired, or live and tracked in place), a table of done keys or a
+ * new table.  DROP SCHEMA ... CASCADE and DROP OWNED reach a table without
+ * naming it, past the checks above; the migration would lose the rows it
+ * has still to read, or never complete.
  */
 static void
 lf_object_access(ObjectAccessType access, Oid classId, Oid objectId, int subId, void *arg)
 {
+	ListCell   *lc;
+
 	if (prev_object_access)
 		prev_object_access(access, classId, objectId, subId, arg);
+	/* start() itself retires and replaces the tables of earlier migrations */
 	if (access != OAT_DROP || classId != RelationRelationId || subId != 0 ||
-		lf_dropping_own || !IsTransactionState() || !lf_any_active())
+		lf_dropping_own || lf_chaining || !IsTransactionState() || !lf_any_active())
 		return;
+	foreach(lc, lf_active)
 	{
-		ListCell   *lc;
+		LfMigration *mig = lfirst(lc);
 
-		foreach(lc, lf_active)
-		{
-			LfMigration *mig = lfirst(lc);
-
-			if (list_member_oid(mig->live, objectId) || list_member_oid(mig->live_keys, objectId))
-				ereport(ERROR,
-						(errcode(ERRCODE_OBJECT_IN_USE),
-						 errmsg("cannot drop table \"%s\" while leapfrog migration \"%s\" is running",
-								get_rel_name(objectId), mig->name),
-						 errdetail("The migration reads it in place."),
-						 errhint("Wait with SELECT leapfrog.wait('%s'), or finish now with SELECT leapfrog.complete('%s').",
-								 mig->name, mig->name)));
-		}
+		if (list_member_oid(mig->inputs, objectId) || list_member_oid(mig->live_keys, objectId) ||
+			list_member_oid(mig->targets, objectId))
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_IN_USE),
+					 errmsg("cannot drop table \"%s\" while leapfrog migration \"%s\" is running",
+							get_rel_name(objectId), mig->name),
+					 errdetail("The migration reads or fills it."),
+					 errhint("Wait with SELECT leapfrog.wait('%s'), or finish now with SELECT leapfrog.complete('%s').",
+							 mig->name, mig->name)));
 	}
 }
 
