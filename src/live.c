@@ -372,10 +372,38 @@ lf_live_unmigrated_query(LfMapping *m)
  * ---------------------------------------------------------------------
  */
 
-/* Look for key in D through its unique index with snap; the tuple in slot. */
+/* The table of done keys of a live mapping, open for a look-up or a claim */
+typedef struct DoneKeys
+{
+	Relation	rel;
+	Relation	idx;			/* its unique index, on the key */
+	TupleTableSlot *slot;		/* the key found */
+} DoneKeys;
+
+static void
+open_done_keys(LfMapping *m, DoneKeys *d)
+{
+	List	   *indexes;
+
+	d->rel = table_open(m->done_keys, RowExclusiveLock);
+	indexes = RelationGetIndexList(d->rel);
+	if (list_length(indexes) != 1)
+		elog(ERROR, "leapfrog: unexpected indexes on %s", RelationGetRelationName(d->rel));
+	d->idx = index_open(linitial_oid(indexes), RowExclusiveLock);
+	d->slot = table_slot_create(d->rel, NULL);
+}
+
+static void
+close_done_keys(DoneKeys *d)
+{
+	ExecDropSingleTupleTableSlot(d->slot);
+	index_close(d->idx, RowExclusiveLock);
+	table_close(d->rel, RowExclusiveLock);
+}
+
+/* Look for key in d through its unique index with snap; the tuple in d->slot. */
 static bool
-probe(Relation keys, Relation idx, LfMapping *m, Datum *key, Snapshot snap,
-	  TupleTableSlot *slot)
+probe(DoneKeys *d, LfMapping *m, Datum *key, Snapshot snap)
 {
 	ScanKeyData sk[INDEX_MAX_KEYS];
 	IndexScanDesc scan;
@@ -383,10 +411,10 @@ probe(Relation keys, Relation idx, LfMapping *m, Datum *key, Snapshot snap,
 
 	for (int k = 0; k < m->nkeys; k++)
 		ScanKeyEntryInitialize(&sk[k], 0, k + 1, BTEqualStrategyNumber, InvalidOid,
-							   idx->rd_indcollation[k], get_opcode(m->eqops[k]), key[k]);
-	scan = index_beginscan(keys, idx, snap, m->nkeys, 0);
+							   d->idx->rd_indcollation[k], get_opcode(m->eqops[k]), key[k]);
+	scan = index_beginscan(d->rel, d->idx, snap, m->nkeys, 0);
 	index_rescan(scan, sk, m->nkeys, NULL, 0);
-	found = index_getnext_slot(scan, ForwardScanDirection, slot);
+	found = index_getnext_slot(scan, ForwardScanDirection, d->slot);
 	index_endscan(scan);
 	return found;
 }
@@ -426,16 +454,11 @@ key_hash(LfMapping *m, Datum *key)
 LfLiveClaim
 lf_live_claim(LfMapping *m, Datum *key, bool wait, Snapshot snap, bool strict)
 {
-	Relation	keys = table_open(m->done_keys, RowExclusiveLock);
-	List	   *indexes = RelationGetIndexList(keys);
-	Relation	idx;
-	TupleTableSlot *slot = table_slot_create(keys, NULL);
+	DoneKeys	d;
 	LOCKTAG		tag;
 	LfLiveClaim result;
 
-	if (list_length(indexes) != 1)
-		elog(ERROR, "leapfrog: unexpected indexes on %s", RelationGetRelationName(keys));
-	idx = index_open(linitial_oid(indexes), RowExclusiveLock);
+	open_done_keys(m, &d);
 	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, m->done_keys, key_hash(m, key), LF_LIVE_LOCK_CLASS);
 	for (;;)
 	{
@@ -453,12 +476,12 @@ lf_live_claim(LfMapping *m, Datum *key, bool wait, Snapshot snap, bool strict)
 		 */
 		(void) LockAcquire(&tag, ExclusiveLock, false, false);
 		InitDirtySnapshot(dirty);
-		if (!probe(keys, idx, m, key, &dirty, slot))
+		if (!probe(&d, m, key, &dirty))
 		{
 			bool		nulls[INDEX_MAX_KEYS] = {0};
-			HeapTuple	tup = heap_form_tuple(RelationGetDescr(keys), key, nulls);
+			HeapTuple	tup = heap_form_tuple(RelationGetDescr(d.rel), key, nulls);
 
-			CatalogTupleInsert(keys, tup);
+			CatalogTupleInsert(d.rel, tup);
 			heap_freetuple(tup);
 			LockRelease(&tag, ExclusiveLock, false);
 			result = LF_CLAIMED;
@@ -474,11 +497,11 @@ lf_live_claim(LfMapping *m, Datum *key, bool wait, Snapshot snap, bool strict)
 				result = LF_BUSY;
 				break;
 			}
-			XactLockTableWait(xwait, keys, &slot->tts_tid, XLTW_None);
+			XactLockTableWait(xwait, d.rel, &d.slot->tts_tid, XLTW_None);
 			continue;
 		}
 		if (strict && IsolationUsesXactSnapshot() &&
-			!table_tuple_satisfies_snapshot(keys, slot, snap))
+			!table_tuple_satisfies_snapshot(d.rel, d.slot, snap))
 			ereport(ERROR,
 					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
 					 errmsg("could not serialize access due to concurrent update"),
@@ -486,9 +509,7 @@ lf_live_claim(LfMapping *m, Datum *key, bool wait, Snapshot snap, bool strict)
 		result = LF_DONE;
 		break;
 	}
-	ExecDropSingleTupleTableSlot(slot);
-	index_close(idx, RowExclusiveLock);
-	table_close(keys, RowExclusiveLock);
+	close_done_keys(&d);
 	return result;
 }
 
@@ -500,21 +521,14 @@ lf_live_claim(LfMapping *m, Datum *key, bool wait, Snapshot snap, bool strict)
 bool
 lf_live_done(LfMapping *m, Datum *key)
 {
-	Relation	keys = table_open(m->done_keys, RowExclusiveLock);
-	List	   *indexes = RelationGetIndexList(keys);
-	Relation	idx;
-	TupleTableSlot *slot = table_slot_create(keys, NULL);
+	DoneKeys	d;
 	SnapshotData dirty;
 	bool		done;
 
-	if (list_length(indexes) != 1)
-		elog(ERROR, "leapfrog: unexpected indexes on %s", RelationGetRelationName(keys));
-	idx = index_open(linitial_oid(indexes), RowExclusiveLock);
+	open_done_keys(m, &d);
 	InitDirtySnapshot(dirty);
-	done = probe(keys, idx, m, key, &dirty, slot) && !TransactionIdIsValid(dirty.xmin);
-	ExecDropSingleTupleTableSlot(slot);
-	index_close(idx, RowExclusiveLock);
-	table_close(keys, RowExclusiveLock);
+	done = probe(&d, m, key, &dirty) && !TransactionIdIsValid(dirty.xmin);
+	close_done_keys(&d);
 	return done;
 }
 

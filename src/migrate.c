@@ -1169,6 +1169,35 @@ migrate_units(LfMigration *mig, LfMapping *m, Oid input, ItemPointer tids, int n
 	return n;
 }
 
+/* A background step's claimed rows, kept in TopMemoryContext (LfClaim). */
+static void
+keep_claim(LfClaim *claim, TidSet *rows)
+{
+	claim->tids = MemoryContextAlloc(TopMemoryContext, sizeof(ItemPointerData) * rows->n);
+	memcpy(claim->tids, rows->tids, sizeof(ItemPointerData) * rows->n);
+	claim->n = rows->n;
+}
+
+/* The rows of blocks [lo, hi) of input that snap sees, into set. */
+static void
+range_rows(Oid input, Snapshot snap, BlockNumber lo, BlockNumber hi, TidSet *set)
+{
+	Relation	rel = table_open(input, NoLock);
+	TupleTableSlot *slot = table_slot_create(rel, NULL);
+	ItemPointerData min,
+				max;
+	TableScanDesc scan;
+
+	ItemPointerSet(&min, lo, FirstOffsetNumber);
+	ItemPointerSet(&max, hi - 1, MaxOffsetNumber);
+	scan = table_beginscan_tidrange(rel, snap, &min, &max);
+	while (table_scan_getnextslot_tidrange(scan, ForwardScanDirection, slot))
+		tidset_add(set, &slot->tts_tid);
+	table_endscan(scan);
+	ExecDropSingleTupleTableSlot(slot);
+	table_close(rel, NoLock);
+}
+
 /*
  * The units of the rows of blocks [lo, hi) of input (a background step):
  * those no other transaction is migrating, claimed without waiting and
@@ -1182,34 +1211,18 @@ migrate_unit_range(LfMigration *mig, LfMapping *m, Oid input, BlockNumber lo, Bl
 	TidSet		seeds = {CurrentMemoryContext, input};
 	TidSet		claimed[2] = {{CurrentMemoryContext}, {CurrentMemoryContext}};
 	StepPlan   *sp;
-	Relation	rel;
 	Snapshot	snap;
-	ItemPointerData min,
-				max;
-	TableScanDesc scan;
-	TupleTableSlot *slot;
 
 	if (!lock_unit_inputs(m))
 		return 0;
 	sp = step_plan(mig, input);
 	snap = step_snapshot();
-	rel = table_open(input, NoLock);
-	slot = table_slot_create(rel, NULL);
-	ItemPointerSet(&min, lo, FirstOffsetNumber);
-	ItemPointerSet(&max, hi - 1, MaxOffsetNumber);
-	scan = table_beginscan_tidrange(rel, snap, &min, &max);
-	while (table_scan_getnextslot_tidrange(scan, ForwardScanDirection, slot))
-		tidset_add(&seeds, &slot->tts_tid);
-	table_endscan(scan);
-	ExecDropSingleTupleTableSlot(slot);
-	table_close(rel, NoLock);
+	range_rows(input, snap, lo, hi, &seeds);
 
 	claim_units_nowait(m, snap, lf_units_of(m, from, seeds.tids, seeds.n, snap), claimed);
 	if (claimed[from].n > 0)
 	{
-		claim->tids = MemoryContextAlloc(TopMemoryContext, sizeof(ItemPointerData) * claimed[from].n);
-		memcpy(claim->tids, claimed[from].tids, sizeof(ItemPointerData) * claimed[from].n);
-		claim->n = claimed[from].n;
+		keep_claim(claim, &claimed[from]);
 		mc->tids = claim->tids;
 		mc->n = claim->n;
 	}
@@ -1252,11 +1265,7 @@ copy_live_units(LfMigration *mig, LfMapping *m, StepPlan *sp, Snapshot snap, Lis
 		return 0;
 	tidset_sort_unique(&claimed[0]);
 	if (claim)
-	{
-		claim->tids = MemoryContextAlloc(TopMemoryContext, sizeof(ItemPointerData) * claimed[0].n);
-		memcpy(claim->tids, claimed[0].tids, sizeof(ItemPointerData) * claimed[0].n);
-		claim->n = claimed[0].n;
-	}
+		keep_claim(claim, &claimed[0]);
 	mc->tids = claimed[0].tids;
 	mc->n = claimed[0].n;
 	copy_units(mig, m, sp, snap, claimed);
@@ -1288,28 +1297,14 @@ migrate_live_range(LfMigration *mig, LfMapping *m, BlockNumber lo, BlockNumber h
 {
 	TidSet		seeds = {CurrentMemoryContext, m->input};
 	StepPlan   *sp;
-	Relation	rel;
 	Snapshot	snap;
-	ItemPointerData min,
-				max;
-	TableScanDesc scan;
-	TupleTableSlot *slot;
 	uint64		n;
 
 	if (!lock_unit_inputs(m))
 		return 0;
 	sp = step_plan(mig, m->input);
 	snap = step_snapshot();
-	rel = table_open(m->input, NoLock);
-	slot = table_slot_create(rel, NULL);
-	ItemPointerSet(&min, lo, FirstOffsetNumber);
-	ItemPointerSet(&max, hi - 1, MaxOffsetNumber);
-	scan = table_beginscan_tidrange(rel, snap, &min, &max);
-	while (table_scan_getnextslot_tidrange(scan, ForwardScanDirection, slot))
-		tidset_add(&seeds, &slot->tts_tid);
-	table_endscan(scan);
-	ExecDropSingleTupleTableSlot(slot);
-	table_close(rel, NoLock);
+	range_rows(m->input, snap, lo, hi, &seeds);
 	n = copy_live_units(mig, m, sp, snap, lf_units_of(m, 0, seeds.tids, seeds.n, snap),
 						false, claim, mc);
 	UnregisterSnapshot(snap);

@@ -71,12 +71,13 @@ lf_refuse_if_migrating(Oid relid, const char *relname, const char *what)
 }
 
 /*
- * As check_relation, for what leaves a live input tracked in place
- * (live.c) correct: COPY (its FROM fires the trigger), CREATE INDEX,
- * CLUSTER and VACUUM FULL (groups are tracked by key, not by ctid).
+ * Refuse to `what` table rv while a migration reads or fills it.  With
+ * live_ok, not a live input tracked in place (live.c): what leaves its
+ * tracking whole, COPY (its FROM fires the trigger), CREATE INDEX, CLUSTER
+ * and VACUUM FULL (groups are tracked by key, not by ctid).
  */
 static void
-check_relation_unless_live(RangeVar *rv, const char *what)
+check_table(RangeVar *rv, const char *what, bool live_ok)
 {
 	Oid			relid;
 	LfMigration *mig;
@@ -86,22 +87,10 @@ check_relation_unless_live(RangeVar *rv, const char *what)
 	relid = RangeVarGetRelid(rv, NoLock, true);
 	if (!OidIsValid(relid))
 		return;
-	mig = lf_migration_by_input(relid);
-	if (mig && list_member_oid(mig->live, relid))
+	if (live_ok && (mig = lf_migration_by_input(relid)) != NULL &&
+		list_member_oid(mig->live, relid))
 		return;
 	lf_refuse_if_migrating(relid, rv->relname, what);
-}
-
-static void
-check_relation(RangeVar *rv, const char *what)
-{
-	Oid			relid;
-
-	if (rv == NULL)
-		return;
-	relid = RangeVarGetRelid(rv, NoLock, true);
-	if (OidIsValid(relid))
-		lf_refuse_if_migrating(relid, rv->relname, what);
 }
 
 /*
@@ -172,37 +161,37 @@ check_utility(Node *stmt)
 	switch (nodeTag(stmt))
 	{
 		case T_AlterTableStmt:
-			check_relation(((AlterTableStmt *) stmt)->relation, "alter");
+			check_table(((AlterTableStmt *) stmt)->relation, "alter", false);
 			break;
 		case T_RenameStmt:
-			check_relation(((RenameStmt *) stmt)->relation, "rename");
+			check_table(((RenameStmt *) stmt)->relation, "rename", false);
 			break;
 		case T_IndexStmt:
-			check_relation_unless_live(((IndexStmt *) stmt)->relation, "index");
+			check_table(((IndexStmt *) stmt)->relation, "index", true);
 			break;
 		case T_CreateTrigStmt:
 			/* a trigger would fire on rows migrated later: eager never would */
-			check_relation(((CreateTrigStmt *) stmt)->relation, "create a trigger on");
+			check_table(((CreateTrigStmt *) stmt)->relation, "create a trigger on", false);
 			break;
 		case T_RuleStmt:
-			check_relation(((RuleStmt *) stmt)->relation, "create a rule on");
+			check_table(((RuleStmt *) stmt)->relation, "create a rule on", false);
 			break;
 		case T_CreatePolicyStmt:
-			check_relation(((CreatePolicyStmt *) stmt)->table, "create a policy on");
+			check_table(((CreatePolicyStmt *) stmt)->table, "create a policy on", false);
 			break;
 		case T_TruncateStmt:
 			foreach(lc, ((TruncateStmt *) stmt)->relations)
-				check_relation(lfirst(lc), "truncate");
+				check_table(lfirst(lc), "truncate", false);
 			if (((TruncateStmt *) stmt)->behavior == DROP_CASCADE)
 				check_truncate_cascade((TruncateStmt *) stmt);
 			break;
 		case T_CopyStmt:
-			check_relation_unless_live(((CopyStmt *) stmt)->relation, "COPY");
+			check_table(((CopyStmt *) stmt)->relation, "COPY", true);
 			break;
 		case T_ClusterStmt:
 			if (((ClusterStmt *) stmt)->relation == NULL)
 				refuse_every_table("CLUSTER");
-			check_relation_unless_live(((ClusterStmt *) stmt)->relation, "cluster");
+			check_table(((ClusterStmt *) stmt)->relation, "cluster", true);
 			break;
 		case T_VacuumStmt:
 			{
@@ -216,7 +205,7 @@ check_utility(Node *stmt)
 					refuse_every_table("VACUUM FULL");
 				if (full)
 					foreach(lc, v->rels)
-						check_relation_unless_live(((VacuumRelation *) lfirst(lc))->relation, "VACUUM FULL");
+						check_table(((VacuumRelation *) lfirst(lc))->relation, "VACUUM FULL", true);
 				break;
 			}
 		case T_DropStmt:
@@ -225,7 +214,7 @@ check_utility(Node *stmt)
 
 				if (d->removeType == OBJECT_TABLE)
 					foreach(lc, d->objects)
-						check_relation(makeRangeVarFromNameList(lfirst(lc)), "drop");
+						check_table(makeRangeVarFromNameList(lfirst(lc)), "drop", false);
 				/* a live input's groups are found through its indexes */
 				if (d->removeType == OBJECT_INDEX)
 					foreach(lc, d->objects)
