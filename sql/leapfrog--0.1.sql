@@ -105,7 +105,8 @@ LANGUAGE C STRICT VOLATILE;
 -- switch in a subtransaction that it always rolls back (the same brief
 -- locks as start(), nothing changes).  One row per statement run, in script
 -- order (more for a statement that does several things); action is run,
--- mapping, retire, replace, or for the last row refused (0A000) / error.
+-- mapping, retire, replace, track (a live input tracked in place), or for
+-- the last row refused (0A000) / error.
 CREATE FUNCTION leapfrog.plan(script text)
 RETURNS TABLE (statement int, sql text, action text, kind text, input text,
                target text, input_rows bigint, input_bytes bigint, detail text,
