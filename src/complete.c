@@ -74,8 +74,10 @@ unmigrated_rows(LfMigration *mig, Oid input, Snapshot snap, ItemPointerData *tid
 {
 	LfMapping  *m = lf_unit_mapping(mig, input);
 
+	/* the table of done keys goes at completion, and the live input stays */
 	if (m && OidIsValid(m->done_keys))
-		return lf_live_rows_left(m, snap, tids, max);
+		return lf_lock_input_if_exists(m->done_keys, AccessShareLock) ?
+			lf_live_rows_left(m, snap, tids, max) : 0;
 	return input_rows(input, snap, tids, max);
 }
 

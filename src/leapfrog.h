@@ -276,7 +276,7 @@ extern const char *lf_live_unsupported(LfMapping *m);
 extern Oid	lf_live_track(LfMapping *m, int migration_id);
 extern Oid	lf_live_trigger_table(Oid keys);
 extern Query *lf_live_unmigrated_query(LfMapping *m);
-extern bool lf_live_done(LfMapping *m, Datum *key);
+extern bool lf_live_done(LfMapping *m, Datum *key, Snapshot snap);
 extern LfLiveClaim lf_live_claim(LfMapping *m, Datum *key, bool wait, Snapshot snap, bool strict);
 extern uint64 lf_live_rows_left(LfMapping *m, Snapshot snap, ItemPointerData *tids, uint64 max);
 

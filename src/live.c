@@ -38,8 +38,10 @@
  *	  claimer meets.  An abort removes the key with the rows.
  *	- Under REPEATABLE READ and SERIALIZABLE a statement that needs a group
  *	  migrated by a transaction its snapshot cannot see fails with 40001, as
- *	  a claim of a retired row does; a write of the live table does not
- *	  (eagerly it conflicts with nothing there).
+ *	  a claim of a retired row does, and so does a write of one of its rows:
+ *	  the transaction would then miss the group's new row (a DELETE of an
+ *	  order's only line, then an UPDATE of its total that finds no row:
+ *	  test_stress_live_aggregate).
  *	- start() creates the trigger under ShareRowExclusiveLock of the table,
  *	  with the switch's lock_timeout and retries: writes in flight are
  *	  fenced.  Dropping D at completion drops the trigger, which needs the
@@ -401,6 +403,28 @@ close_done_keys(DoneKeys *d)
 	table_close(d->rel, RowExclusiveLock);
 }
 
+/*
+ * The key just found in d->slot, migrated by a transaction that committed
+ * (a dirty look-up found it, without an xmin in progress) or by this one:
+ * may the transaction use it?  Under REPEATABLE READ and SERIALIZABLE, not
+ * if another transaction migrated it after snap: the group's new row is
+ * invisible to snap, and a statement on the new table, or a write of the
+ * group's rows followed by one, would miss it.
+ */
+static bool
+done_visible(DoneKeys *d, Snapshot snap)
+{
+	bool		isnull;
+	TransactionId xmin;
+
+	if (!IsolationUsesXactSnapshot())
+		return true;
+	xmin = DatumGetTransactionId(slot_getsysattr(d->slot, MinTransactionIdAttributeNumber,
+												 &isnull));
+	return TransactionIdIsCurrentTransactionId(xmin) ||
+		table_tuple_satisfies_snapshot(d->rel, d->slot, snap);
+}
+
 /* Look for key in d through its unique index with snap; the tuple in d->slot. */
 static bool
 probe(DoneKeys *d, LfMapping *m, Datum *key, Snapshot snap)
@@ -448,7 +472,7 @@ key_hash(LfMapping *m, Datum *key)
  * LF_DONE if it is migrated (committed, or by this transaction), LF_BUSY
  * if another transaction is migrating it and wait is false.  With wait, a
  * claimer in progress is waited for.  With strict (a statement that needs
- * the group's new row), a key committed by a transaction that snap cannot
+ * the group's new row, or a write of its rows), a key committed by a transaction that snap cannot
  * see fails with 40001 under REPEATABLE READ and SERIALIZABLE.
  */
 LfLiveClaim
@@ -500,8 +524,7 @@ lf_live_claim(LfMapping *m, Datum *key, bool wait, Snapshot snap, bool strict)
 			XactLockTableWait(xwait, d.rel, &d.slot->tts_tid, XLTW_None);
 			continue;
 		}
-		if (strict && IsolationUsesXactSnapshot() &&
-			!table_tuple_satisfies_snapshot(d.rel, d.slot, snap))
+		if (strict && !done_visible(&d, snap))
 			ereport(ERROR,
 					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
 					 errmsg("could not serialize access due to concurrent update"),
@@ -514,12 +537,12 @@ lf_live_claim(LfMapping *m, Datum *key, bool wait, Snapshot snap, bool strict)
 }
 
 /*
- * Whether the group of key is migrated, by a committed transaction or by
- * this one: the trigger's look before a claim, which a write of a group
- * already migrated needs no more than.
+ * Whether the group of key is migrated, by a committed transaction that
+ * snap may use (done_visible) or by this one: the trigger's look before a
+ * claim, which a write of a group already migrated needs no more than.
  */
 bool
-lf_live_done(LfMapping *m, Datum *key)
+lf_live_done(LfMapping *m, Datum *key, Snapshot snap)
 {
 	DoneKeys	d;
 	SnapshotData dirty;
@@ -527,7 +550,8 @@ lf_live_done(LfMapping *m, Datum *key)
 
 	open_done_keys(m, &d);
 	InitDirtySnapshot(dirty);
-	done = probe(&d, m, key, &dirty) && !TransactionIdIsValid(dirty.xmin);
+	done = probe(&d, m, key, &dirty) && !TransactionIdIsValid(dirty.xmin) &&
+		done_visible(&d, snap);
 	close_done_keys(&d);
 	return done;
 }

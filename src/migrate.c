@@ -797,14 +797,19 @@ copy_claimed(LfMigration *mig, StepPlan *sp, Snapshot snap, ParamListInfo params
  * ---------------------------------------------------------------------
  */
 
-/* Lock every input of m, as a step on one of them would; false if one is gone. */
+/*
+ * Lock every input of m, as a step on one of them would, and a live input's
+ * table of done keys (live.c), which a completion drops while the live
+ * input stays; false if one is gone: the migration completed meanwhile.
+ */
 static bool
 lock_unit_inputs(LfMapping *m)
 {
 	for (int i = 0; i < m->ninputs; i++)
 		if (!lf_lock_input_if_exists(m->inputs[i], RowExclusiveLock))
 			return false;
-	return true;
+	return !OidIsValid(m->done_keys) ||
+		lf_lock_input_if_exists(m->done_keys, RowExclusiveLock);
 }
 
 /* Copy the claimed rows of every input of m (claimed[i]: those of input i). */
@@ -1325,12 +1330,13 @@ lf_migrate_live_key(LfMigration *mig, LfMapping *m, Datum *key)
 	StepPlan   *sp;
 	Snapshot	snap;
 
-	if (lf_live_done(m, key))
-		return;
+	if (!lf_lock_input_if_exists(m->done_keys, RowExclusiveLock) ||
+		lf_live_done(m, key, GetTransactionSnapshot()))
+		return;					/* completed meanwhile, or migrated */
 	push_context(&errcb, &mc);
 	sp = step_plan(mig, m->input);
 	snap = step_snapshot();
-	if (lf_live_claim(m, key, true, snap, false) == LF_CLAIMED)
+	if (lf_live_claim(m, key, true, snap, true) == LF_CLAIMED)
 	{
 		LfUnit	   *u = lf_unit_by_key(m, key, snap);
 		TidSet		claimed[2] = {{CurrentMemoryContext}, {CurrentMemoryContext}};
