@@ -263,7 +263,7 @@ extern LfMapping *lf_unit_mapping(LfMigration *mig, Oid input);
 extern Oid	lf_unit_index(LfMapping *m, int i);
 extern List *lf_units_of(LfMapping *m, int from, ItemPointer seeds, int nseeds,
 						 Snapshot snap);
-extern LfUnit *lf_unit_by_key(LfMapping *m, Datum *key, Snapshot snap);
+extern List *lf_units_by_keys(LfMapping *m, List *keys, Snapshot snap);
 
 /* live.c */
 typedef enum LfLiveClaim
@@ -276,8 +276,13 @@ extern const char *lf_live_unsupported(LfMapping *m);
 extern Oid	lf_live_track(LfMapping *m, int migration_id);
 extern Oid	lf_live_trigger_table(Oid keys);
 extern Query *lf_live_unmigrated_query(LfMapping *m);
-extern bool lf_live_done(LfMapping *m, Datum *key, Snapshot snap);
-extern LfLiveClaim lf_live_claim(LfMapping *m, Datum *key, bool wait, Snapshot snap, bool strict);
+typedef struct LfDoneKeys LfDoneKeys;
+extern LfDoneKeys *lf_done_keys_open(LfMapping *m);
+extern void lf_done_keys_close(LfDoneKeys *d);
+extern bool lf_live_done(LfDoneKeys *d, LfMapping *m, Datum *key, Snapshot snap);
+extern LfLiveClaim lf_live_claim(LfDoneKeys *d, LfMapping *m, Datum *key, bool wait,
+								 Snapshot snap, bool strict);
+extern List *lf_live_range_keys(LfMapping *m, Snapshot snap, BlockNumber lo, BlockNumber hi);
 extern uint64 lf_live_rows_left(LfMapping *m, Snapshot snap, ItemPointerData *tids, uint64 max);
 
 /* alter.c */

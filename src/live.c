@@ -59,6 +59,7 @@
 #include "access/table.h"
 #include "access/tableam.h"
 #include "catalog/dependency.h"
+#include "catalog/index.h"
 #include "catalog/indexing.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_collation.h"
@@ -374,17 +375,24 @@ lf_live_unmigrated_query(LfMapping *m)
  * ---------------------------------------------------------------------
  */
 
-/* The table of done keys of a live mapping, open for a look-up or a claim */
-typedef struct DoneKeys
+/*
+ * The table of done keys of a live mapping, open for look-ups and claims:
+ * once per step, not per key (a worker's batch claims hundreds; opening it
+ * and its index, and CatalogTupleInsert's opening of the index, per key
+ * were a third of a worker's claims: perf, bench/idle_completion.py).
+ */
+struct LfDoneKeys
 {
 	Relation	rel;
 	Relation	idx;			/* its unique index, on the key */
+	IndexInfo  *info;
 	TupleTableSlot *slot;		/* the key found */
-} DoneKeys;
+};
 
-static void
-open_done_keys(LfMapping *m, DoneKeys *d)
+LfDoneKeys *
+lf_done_keys_open(LfMapping *m)
 {
+	LfDoneKeys *d = palloc(sizeof(LfDoneKeys));
 	List	   *indexes;
 
 	d->rel = table_open(m->done_keys, RowExclusiveLock);
@@ -392,15 +400,18 @@ open_done_keys(LfMapping *m, DoneKeys *d)
 	if (list_length(indexes) != 1)
 		elog(ERROR, "leapfrog: unexpected indexes on %s", RelationGetRelationName(d->rel));
 	d->idx = index_open(linitial_oid(indexes), RowExclusiveLock);
+	d->info = NULL;				/* built by the first insert */
 	d->slot = table_slot_create(d->rel, NULL);
+	return d;
 }
 
-static void
-close_done_keys(DoneKeys *d)
+void
+lf_done_keys_close(LfDoneKeys *d)
 {
 	ExecDropSingleTupleTableSlot(d->slot);
 	index_close(d->idx, RowExclusiveLock);
 	table_close(d->rel, RowExclusiveLock);
+	pfree(d);
 }
 
 /*
@@ -412,7 +423,7 @@ close_done_keys(DoneKeys *d)
  * group's rows followed by one, would miss it.
  */
 static bool
-done_visible(DoneKeys *d, Snapshot snap)
+done_visible(LfDoneKeys *d, Snapshot snap)
 {
 	bool		isnull;
 	TransactionId xmin;
@@ -427,7 +438,7 @@ done_visible(DoneKeys *d, Snapshot snap)
 
 /* Look for key in d through its unique index with snap; the tuple in d->slot. */
 static bool
-probe(DoneKeys *d, LfMapping *m, Datum *key, Snapshot snap)
+probe(LfDoneKeys *d, LfMapping *m, Datum *key, Snapshot snap)
 {
 	ScanKeyData sk[INDEX_MAX_KEYS];
 	IndexScanDesc scan;
@@ -476,13 +487,11 @@ key_hash(LfMapping *m, Datum *key)
  * see fails with 40001 under REPEATABLE READ and SERIALIZABLE.
  */
 LfLiveClaim
-lf_live_claim(LfMapping *m, Datum *key, bool wait, Snapshot snap, bool strict)
+lf_live_claim(LfDoneKeys *d, LfMapping *m, Datum *key, bool wait, Snapshot snap, bool strict)
 {
-	DoneKeys	d;
 	LOCKTAG		tag;
 	LfLiveClaim result;
 
-	open_done_keys(m, &d);
 	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, m->done_keys, key_hash(m, key), LF_LIVE_LOCK_CLASS);
 	for (;;)
 	{
@@ -500,12 +509,24 @@ lf_live_claim(LfMapping *m, Datum *key, bool wait, Snapshot snap, bool strict)
 		 */
 		(void) LockAcquire(&tag, ExclusiveLock, false, false);
 		InitDirtySnapshot(dirty);
-		if (!probe(&d, m, key, &dirty))
+		if (!probe(d, m, key, &dirty))
 		{
 			bool		nulls[INDEX_MAX_KEYS] = {0};
-			HeapTuple	tup = heap_form_tuple(RelationGetDescr(d.rel), key, nulls);
+			HeapTuple	tup = heap_form_tuple(RelationGetDescr(d->rel), key, nulls);
 
-			CatalogTupleInsert(d.rel, tup);
+			if (d->info == NULL)
+			{
+				d->info = BuildIndexInfo(d->idx);
+				/* lf_live_track built it on the columns in order: a key is its values */
+				for (int k = 0; k < m->nkeys; k++)
+					if (d->info->ii_NumIndexKeyAttrs != m->nkeys ||
+						d->info->ii_IndexAttrNumbers[k] != k + 1)
+						elog(ERROR, "leapfrog: unexpected index on %s",
+							 RelationGetRelationName(d->rel));
+			}
+			simple_heap_insert(d->rel, tup);
+			(void) index_insert(d->idx, key, nulls, &tup->t_self, d->rel, UNIQUE_CHECK_YES,
+								false, d->info);
 			heap_freetuple(tup);
 			LockRelease(&tag, ExclusiveLock, false);
 			result = LF_CLAIMED;
@@ -521,10 +542,10 @@ lf_live_claim(LfMapping *m, Datum *key, bool wait, Snapshot snap, bool strict)
 				result = LF_BUSY;
 				break;
 			}
-			XactLockTableWait(xwait, d.rel, &d.slot->tts_tid, XLTW_None);
+			XactLockTableWait(xwait, d->rel, &d->slot->tts_tid, XLTW_None);
 			continue;
 		}
-		if (strict && !done_visible(&d, snap))
+		if (strict && !done_visible(d, snap))
 			ereport(ERROR,
 					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
 					 errmsg("could not serialize access due to concurrent update"),
@@ -532,7 +553,6 @@ lf_live_claim(LfMapping *m, Datum *key, bool wait, Snapshot snap, bool strict)
 		result = LF_DONE;
 		break;
 	}
-	close_done_keys(&d);
 	return result;
 }
 
@@ -542,18 +562,13 @@ lf_live_claim(LfMapping *m, Datum *key, bool wait, Snapshot snap, bool strict)
  * claim, which a write of a group already migrated needs no more than.
  */
 bool
-lf_live_done(LfMapping *m, Datum *key, Snapshot snap)
+lf_live_done(LfDoneKeys *d, LfMapping *m, Datum *key, Snapshot snap)
 {
-	DoneKeys	d;
 	SnapshotData dirty;
-	bool		done;
 
-	open_done_keys(m, &d);
 	InitDirtySnapshot(dirty);
-	done = probe(&d, m, key, &dirty) && !TransactionIdIsValid(dirty.xmin) &&
-		done_visible(&d, snap);
-	close_done_keys(&d);
-	return done;
+	return probe(d, m, key, &dirty) && !TransactionIdIsValid(dirty.xmin) &&
+		done_visible(d, snap);
 }
 
 /* The key of live mapping m in tuple tup of its input (values not copied). */
@@ -573,10 +588,140 @@ tuple_key(LfMapping *m, HeapTuple tup, TupleDesc desc, Datum *key)
 	}
 }
 
+/*
+ * The group keys of the rows of blocks [lo, hi) of live input m that snap
+ * sees, copied, each once where its rows are adjacent: a worker's batch.  A
+ * key met again further on is listed again; its second claim finds it
+ * claimed by this transaction (LF_DONE).  The caller holds a lock on the
+ * input.
+ */
+List *
+lf_live_range_keys(LfMapping *m, Snapshot snap, BlockNumber lo, BlockNumber hi)
+{
+	Relation	rel = table_open(m->inputs[0], NoLock);
+	TupleDesc	desc = RelationGetDescr(rel);
+	TupleTableSlot *slot = table_slot_create(rel, NULL);
+	ItemPointerData min,
+				max;
+	TableScanDesc scan;
+	List	   *keys = NIL;
+	Datum	   *last = NULL;
+
+	ItemPointerSet(&min, lo, FirstOffsetNumber);
+	ItemPointerSet(&max, hi - 1, MaxOffsetNumber);
+	scan = table_beginscan_tidrange(rel, snap, &min, &max);
+	while (table_scan_getnextslot_tidrange(scan, ForwardScanDirection, slot))
+	{
+		Datum		key[INDEX_MAX_KEYS];
+		bool		same = (last != NULL);
+
+		CHECK_FOR_INTERRUPTS();
+		for (int k = 0; k < m->nkeys; k++)
+		{
+			Form_pg_attribute att = TupleDescAttr(desc, m->keys[0][k] - 1);
+			bool		isnull;
+
+			key[k] = slot_getattr(slot, m->keys[0][k], &isnull);
+			if (isnull)
+				ereport(ERROR,
+						(errcode(ERRCODE_NOT_NULL_VIOLATION),
+						 errmsg("leapfrog: NULL in group key column \"%s\" of a live input",
+								NameStr(att->attname))));
+			same = same && datumIsEqual(key[k], last[k], att->attbyval, att->attlen);
+		}
+		if (same)
+			continue;
+		last = palloc(sizeof(Datum) * m->nkeys);
+		for (int k = 0; k < m->nkeys; k++)
+		{
+			Form_pg_attribute att = TupleDescAttr(desc, m->keys[0][k] - 1);
+
+			last[k] = datumCopy(key[k], att->attbyval, att->attlen);
+		}
+		keys = lappend(keys, last);
+	}
+	table_endscan(scan);
+	ExecDropSingleTupleTableSlot(slot);
+	table_close(rel, NoLock);
+	return keys;
+}
+
 /* ---------------------------------------------------------------------
  * The trigger
  * ---------------------------------------------------------------------
  */
+
+/*
+ * The last key the trigger saw migrated, in this backend: consecutive
+ * writes mostly touch one group (TPC-C's NewOrder inserts an order's ten
+ * lines, Delivery updates them), and each would open the table of done keys
+ * and look the key up again.  Valid until the transaction ends, or a
+ * subtransaction aborts (a claim may go with it): a key committed stays
+ * migrated, and one the transaction's snapshot may use stays usable.  The
+ * values live in TopTransactionContext.
+ */
+static Oid	memo_keys = InvalidOid;	/* the table of done keys, or none */
+static Datum memo_key[INDEX_MAX_KEYS];
+static bool memo_byref[INDEX_MAX_KEYS];
+static int	memo_nkeys;
+
+static void
+memo_forget_xact(XactEvent event, void *arg)
+{
+	memo_keys = InvalidOid;
+}
+
+static void
+memo_forget_subxact(SubXactEvent event, SubTransactionId mySubid,
+					SubTransactionId parentSubid, void *arg)
+{
+	if (event == SUBXACT_EVENT_ABORT_SUB)
+		memo_keys = InvalidOid;
+}
+
+static bool
+memo_has(LfMapping *m, TupleDesc desc, Datum *key)
+{
+	if (memo_keys != m->done_keys)
+		return false;
+	for (int k = 0; k < m->nkeys; k++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, m->keys[0][k] - 1);
+
+		if (!datumIsEqual(memo_key[k], key[k], att->attbyval, att->attlen))
+			return false;
+	}
+	return true;
+}
+
+static void
+memo_remember(LfMapping *m, TupleDesc desc, Datum *key)
+{
+	static bool registered = false;
+	MemoryContext old;
+
+	if (!registered)
+	{
+		RegisterXactCallback(memo_forget_xact, NULL);
+		RegisterSubXactCallback(memo_forget_subxact, NULL);
+		registered = true;
+	}
+	if (OidIsValid(memo_keys))
+		for (int k = 0; k < memo_nkeys; k++)
+			if (memo_byref[k])
+				pfree(DatumGetPointer(memo_key[k]));
+	old = MemoryContextSwitchTo(TopTransactionContext);
+	for (int k = 0; k < m->nkeys; k++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, m->keys[0][k] - 1);
+
+		memo_byref[k] = !att->attbyval;
+		memo_key[k] = datumCopy(key[k], att->attbyval, att->attlen);
+	}
+	MemoryContextSwitchTo(old);
+	memo_nkeys = m->nkeys;
+	memo_keys = m->done_keys;
+}
 
 /*
  * BEFORE INSERT OR UPDATE OR DELETE, FOR EACH ROW, on a live input tracked
@@ -634,10 +779,16 @@ leapfrog_live_input_trigger(PG_FUNCTION_ARGS)
 		}
 		has_new = !same;
 	}
-	if (has_old)
+	if (has_old && !memo_has(m, desc, oldkey))
+	{
 		lf_migrate_live_key(mig, m, oldkey);
-	if (has_new)
+		memo_remember(m, desc, oldkey);
+	}
+	if (has_new && !memo_has(m, desc, newkey))
+	{
 		lf_migrate_live_key(mig, m, newkey);
+		memo_remember(m, desc, newkey);
+	}
 	return PointerGetDatum(result);
 }
 

@@ -603,10 +603,22 @@ build_step_plan(LfMigration *mig, Oid input)
 		Query	   *ins = insert_select(rel, relation_rte(rel, ACL_INSERT, mig->owner),
 										unit_step_query(um), "lf_source");
 		PlannedStmt *ps;
+		int			nestlevel = NewGUCNestLevel();
 
 		ins->canSetTag = true;
 		table_close(rel, AccessShareLock);
+
+		/*
+		 * Groups by hashing rather than sorting: the planner, which cannot
+		 * know how many rows ctid = ANY ($1) brings, sorts them, and a
+		 * worker's batch of 5000 order lines aggregated 1.3 times as fast
+		 * hashed (the same for a statement's one group).
+		 */
+		if (um->kind == LF_MAP_GROUPS)
+			(void) set_config_option("enable_sort", "off", PGC_USERSET, PGC_S_SESSION,
+									 GUC_ACTION_SAVE, true, 0, false);
 		ps = plan_in_top_context(ins, "leapfrog migrate");
+		AtEOXact_GUC(true, nestlevel);
 		old = MemoryContextSwitchTo(TopMemoryContext);
 		inserts = lappend(inserts, ps);
 		unfiltered = lappend_int(unfiltered, 0);
@@ -1249,10 +1261,10 @@ migrate_unit_range(LfMigration *mig, LfMapping *m, Oid input, BlockNumber lo, Bl
  * ---------------------------------------------------------------------
  */
 
-/* Claim the groups of units, copy those claimed; returns their rows. */
+/* Copy the rows of the groups claimed (a list of LfUnit); returns how many. */
 static uint64
-copy_live_units(LfMigration *mig, LfMapping *m, StepPlan *sp, Snapshot snap, List *units,
-				bool wait, LfClaim *claim, MigrateContext *mc)
+copy_live_claimed(LfMigration *mig, LfMapping *m, StepPlan *sp, Snapshot snap, List *units,
+				  LfClaim *claim, MigrateContext *mc)
 {
 	TidSet		claimed[2] = {{CurrentMemoryContext}, {CurrentMemoryContext}};
 	ListCell   *lc;
@@ -1261,8 +1273,6 @@ copy_live_units(LfMigration *mig, LfMapping *m, StepPlan *sp, Snapshot snap, Lis
 	{
 		LfUnit	   *u = lfirst(lc);
 
-		if (lf_live_claim(m, u->key, wait, snap, wait) != LF_CLAIMED)
-			continue;
 		for (int j = 0; j < u->n[0]; j++)
 			tidset_add(&claimed[0], &u->tids[0][j]);
 	}
@@ -1277,41 +1287,78 @@ copy_live_units(LfMigration *mig, LfMapping *m, StepPlan *sp, Snapshot snap, Lis
 	return claimed[0].n;
 }
 
-/* The groups of the given rows of a live input: a statement's step. */
+/*
+ * The groups of the given rows of a live input: a statement's step.  The
+ * rows are looked up first, then their groups claimed, waiting.
+ */
 static uint64
 migrate_live_units(LfMigration *mig, LfMapping *m, ItemPointer tids, int ntids,
 				   MigrateContext *mc)
 {
 	StepPlan   *sp;
 	Snapshot	snap;
+	LfDoneKeys *d;
+	List	   *claimed = NIL;
+	ListCell   *lc;
 	uint64		n;
 
 	if (!lock_unit_inputs(m))
 		return 0;
 	sp = step_plan(mig, m->input);
 	snap = step_snapshot();
-	n = copy_live_units(mig, m, sp, snap, lf_units_of(m, 0, tids, ntids, snap), true, NULL, mc);
+	d = lf_done_keys_open(m);
+	foreach(lc, lf_units_of(m, 0, tids, ntids, snap))
+	{
+		LfUnit	   *u = lfirst(lc);
+
+		if (lf_live_claim(d, m, u->key, true, snap, true) == LF_CLAIMED)
+			claimed = lappend(claimed, u);
+	}
+	lf_done_keys_close(d);
+	n = copy_live_claimed(mig, m, sp, snap, claimed, NULL, mc);
 	UnregisterSnapshot(snap);
 	return n;
 }
 
-/* The groups of the rows of blocks [lo, hi) of a live input: a worker's step. */
+/*
+ * The groups of the rows of blocks [lo, hi) of a live input: a worker's
+ * step.  Their keys are read from the blocks and claimed without waiting,
+ * then only the groups claimed are looked up: a group nobody had claimed
+ * holds its rows at start(), whenever they are read (a writer that claimed
+ * it first and committed leaves it migrated; one that aborted, as it was).
+ */
 static uint64
 migrate_live_range(LfMigration *mig, LfMapping *m, BlockNumber lo, BlockNumber hi,
 				   LfClaim *claim, MigrateContext *mc)
 {
-	TidSet		seeds = {CurrentMemoryContext, m->input};
 	StepPlan   *sp;
 	Snapshot	snap;
+	LfDoneKeys *d;
+	List	   *claimed = NIL;
+	List	   *units;
+	ListCell   *lc;
 	uint64		n;
 
 	if (!lock_unit_inputs(m))
 		return 0;
 	sp = step_plan(mig, m->input);
 	snap = step_snapshot();
-	range_rows(m->input, snap, lo, hi, &seeds);
-	n = copy_live_units(mig, m, sp, snap, lf_units_of(m, 0, seeds.tids, seeds.n, snap),
-						false, claim, mc);
+	d = lf_done_keys_open(m);
+	foreach(lc, lf_live_range_keys(m, snap, lo, hi))
+	{
+		if (lf_live_claim(d, m, lfirst(lc), false, snap, false) == LF_CLAIMED)
+			claimed = lappend(claimed, lfirst(lc));
+	}
+	lf_done_keys_close(d);
+	units = lf_units_by_keys(m, claimed, snap);
+	foreach(lc, units)
+	{
+		/* its key was read from a row that snap sees: a group without it is partial */
+		if (((LfUnit *) lfirst(lc))->n[0] == 0)
+			elog(ERROR, "leapfrog: a group of %s read in blocks %u to %u has no row through index %u",
+				 get_rel_name(m->input), lo, hi - 1, lf_unit_index(m, 0));
+	}
+	n = copy_live_claimed(mig, m, sp, snap, units, claim, mc);
 	UnregisterSnapshot(snap);
 	return n;
 }
@@ -1329,25 +1376,25 @@ lf_migrate_live_key(LfMigration *mig, LfMapping *m, Datum *key)
 	ErrorContextCallback errcb;
 	StepPlan   *sp;
 	Snapshot	snap;
+	LfDoneKeys *d;
+	LfLiveClaim c;
 
-	if (!lf_lock_input_if_exists(m->done_keys, RowExclusiveLock) ||
-		lf_live_done(m, key, GetTransactionSnapshot()))
-		return;					/* completed meanwhile, or migrated */
+	if (!lf_lock_input_if_exists(m->done_keys, RowExclusiveLock))
+		return;					/* completed meanwhile */
+	d = lf_done_keys_open(m);
+	if (lf_live_done(d, m, key, GetTransactionSnapshot()))
+	{
+		lf_done_keys_close(d);
+		return;					/* migrated */
+	}
 	push_context(&errcb, &mc);
 	sp = step_plan(mig, m->input);
 	snap = step_snapshot();
-	if (lf_live_claim(m, key, true, snap, true) == LF_CLAIMED)
-	{
-		LfUnit	   *u = lf_unit_by_key(m, key, snap);
-		TidSet		claimed[2] = {{CurrentMemoryContext}, {CurrentMemoryContext}};
-
-		claimed[0].tids = u->tids[0];
-		claimed[0].n = u->n[0];
-		mc.tids = u->tids[0];
-		mc.n = u->n[0];
-		if (u->n[0] > 0)
-			copy_units(mig, m, sp, snap, claimed);
-	}
+	c = lf_live_claim(d, m, key, true, snap, true);
+	lf_done_keys_close(d);
+	if (c == LF_CLAIMED)
+		(void) copy_live_claimed(mig, m, sp, snap, lf_units_by_keys(m, list_make1(key), snap),
+								 NULL, &mc);
 	UnregisterSnapshot(snap);
 	pop_context(&errcb);
 }

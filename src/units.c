@@ -603,28 +603,36 @@ lf_units_of(LfMapping *m, int from, ItemPointer seeds, int nseeds, Snapshot snap
 }
 
 /*
- * The rows of the group of key (values of input 0's key columns, none
- * NULL) of GROUP BY mapping m, as snap sees them: a live input's group
- * found by the key of a row being written (live.c), which may have none.
+ * The rows of the groups of keys (each an array of the values of input 0's
+ * key columns, none NULL) of GROUP BY mapping m, as snap sees them, an
+ * LfUnit per key: the groups of a live input claimed by their keys
+ * (live.c), which may have no row.  The caller holds a lock on the input.
  */
-LfUnit *
-lf_unit_by_key(LfMapping *m, Datum *key, Snapshot snap)
+List *
+lf_units_by_keys(LfMapping *m, List *keys, Snapshot snap)
 {
 	UnitPlan   *up = unit_plan(m);
 	Relation	rel = table_open(m->inputs[0], AccessShareLock);
 	Relation	idx = index_open(up->lookup[0][0].index, AccessShareLock);
 	TupleTableSlot *slot = table_slot_create(rel, NULL);
 	bool		nulls[INDEX_MAX_KEYS] = {0};
-	List	   *found = NIL;
-	LfUnit	   *u = palloc0(sizeof(LfUnit));
+	List	   *units = NIL;
+	ListCell   *lc;
 
 	Assert(m->kind == LF_MAP_GROUPS);
-	lookup_rows(rel, idx, &up->lookup[0][0], m->nkeys, key, nulls, snap, slot, &found);
-	u->n[0] = tid_list_to_array(found, &u->tids[0]);
-	u->key = key;
-	list_free_deep(found);
+	foreach(lc, keys)
+	{
+		List	   *found = NIL;
+		LfUnit	   *u = palloc0(sizeof(LfUnit));
+
+		u->key = lfirst(lc);
+		lookup_rows(rel, idx, &up->lookup[0][0], m->nkeys, u->key, nulls, snap, slot, &found);
+		u->n[0] = tid_list_to_array(found, &u->tids[0]);
+		list_free_deep(found);
+		units = lappend(units, u);
+	}
 	ExecDropSingleTupleTableSlot(slot);
 	index_close(idx, AccessShareLock);
 	table_close(rel, NoLock);
-	return u;
+	return units;
 }

@@ -56,9 +56,21 @@ BEGIN
     INSERT INTO line VALUES (1, 11, 9, 5000, 'y'), (3, 1, 1, 7, 'z'); -- old and new group
     INSERT INTO line VALUES (1, 12, 9, 1, 'y') ON CONFLICT DO NOTHING;
     UPDATE loose SET v = v + 100 WHERE k = 2;
+    BEGIN                                                           -- a subtransaction
+        UPDATE line SET amount = amount + 1 WHERE w = 2 AND o = 14; -- migrates a group,
+        RAISE EXCEPTION 'undo';                                     -- then aborts:
+    EXCEPTION WHEN raise_exception THEN NULL;
+    END;
+    UPDATE line SET amount = amount + 7 WHERE w = 2 AND o = 14;     -- migrated again first
 END $$;
 CALL public.ip_app('ip_eager');
 CALL public.ip_app('ip_lazy');
+-- A transaction that migrated a group and aborted leaves it to the next.
+BEGIN;
+UPDATE ip_lazy.line SET amount = amount + 1 WHERE w = 2 AND o = 15;
+ROLLBACK;
+UPDATE ip_eager.line SET amount = amount + 7 WHERE w = 2 AND o = 15;
+UPDATE ip_lazy.line SET amount = amount + 7 WHERE w = 2 AND o = 15;
 -- COPY FROM fires the trigger too.
 COPY ip_eager.line FROM stdin;
 1	13	9	9	c
@@ -70,8 +82,8 @@ COPY ip_lazy.line FROM stdin;
 \.
 SELECT * FROM total WHERE w = 1 AND o IN (5, 6, 7, 11, 12, 13) ORDER BY o;
 SELECT * FROM ip_eager.total WHERE w = 1 AND o IN (5, 6, 7, 11, 12, 13) ORDER BY o;
-SELECT * FROM total WHERE (w, o) IN ((2, 9), (2, 10), (3, 1), (4, 1)) ORDER BY w, o;
-SELECT * FROM ip_eager.total WHERE (w, o) IN ((2, 9), (2, 10), (3, 1), (4, 1)) ORDER BY w, o;
+SELECT * FROM total WHERE (w, o) IN ((2, 9), (2, 10), (2, 14), (2, 15), (3, 1), (4, 1)) ORDER BY w, o;
+SELECT * FROM ip_eager.total WHERE (w, o) IN ((2, 9), (2, 10), (2, 14), (2, 15), (3, 1), (4, 1)) ORDER BY w, o;
 
 -- What would break the tracking is refused; what leaves it whole is not.
 TRUNCATE line;
