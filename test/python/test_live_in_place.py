@@ -201,3 +201,53 @@ def test_live_in_place_survives_kill_postmaster_and_worker(make_cluster):
     assert writers.errors_seen == [], writers.errors_seen[:5]
     check_exactly_once(c)
     final_check(c)
+
+
+def test_worker_walks_the_key_index_or_looks_groups_up(make_cluster):
+    """The worker finds a block range's groups in one walk of the key index
+    where the table was filled in key order (`near`, a two-column key with a
+    text column), and one by one where its keys are scattered (`far`: the
+    walk passes over too many rows of other groups and stops); groups a
+    session migrated first lie in the way of both.  Each total must equal
+    the eager aggregate at start()."""
+    needs_real_extension()
+    if MOCK:
+        pytest.skip("needs the real extension")
+    c = make_cluster(**{"leapfrog.background": "on", "leapfrog.background_delay": 2000,
+                        "leapfrog.batch_size": 700})
+    c.create_database("app")
+    script = """
+      CREATE TABLE near_sum AS SELECT r, o, count(*) AS n, sum(v) AS v FROM near GROUP BY r, o;
+      CREATE TABLE far_sum AS SELECT k, count(*) AS n, sum(v) AS v FROM far GROUP BY k;
+    """
+    with c.connect("app") as conn:
+        conn.execute("CREATE TABLE near (r text NOT NULL, o int NOT NULL, v int)")
+        conn.execute("INSERT INTO near SELECT 'region ' || r, o, r * o + n "
+                     "FROM generate_series(1, 4) r, generate_series(1, 1500) o, "
+                     "generate_series(1, 1 + o % 5) n ORDER BY 1, 2")
+        conn.execute("CREATE INDEX ON near (r, o)")
+        conn.execute("CREATE TABLE far (k int NOT NULL, v int)")
+        conn.execute("INSERT INTO far SELECT (g * 7919) % 5000, g FROM generate_series(1, 30000) g")
+        conn.execute("CREATE INDEX ON far (k)")
+        conn.execute("CREATE TABLE near_eager AS SELECT r, o, count(*) AS n, sum(v) AS v "
+                     "FROM near GROUP BY r, o")
+        conn.execute("CREATE TABLE far_eager AS SELECT k, count(*) AS n, sum(v) AS v "
+                     "FROM far GROUP BY k")
+        conn.execute("ANALYZE")
+        conn.execute("SELECT leapfrog.start('walk', %s)", [script])
+        tracked = conn.execute("SELECT count(*) FROM leapfrog.input "
+                               "WHERE live_keys IS NOT NULL").fetchone()[0]
+        assert tracked == 2, "near and far are not both tracked in place"
+        # before the worker's first batch: every seventh group, by a session
+        conn.execute("UPDATE near SET v = v + 1000 WHERE o % 7 = 0")
+        conn.execute("UPDATE far SET v = v + 1000 WHERE k % 7 = 0")
+        conn.execute("SELECT leapfrog.wait('walk')")
+        for table in ("near", "far"):
+            diff = conn.execute(
+                "(SELECT * FROM {t}_sum EXCEPT ALL SELECT * FROM {t}_eager) UNION ALL "
+                "(SELECT * FROM {t}_eager EXCEPT ALL SELECT * FROM {t}_sum) LIMIT 10"
+                .format(t=table)).fetchall()
+            assert diff == [], "%s_sum differs from the eager aggregate: %r" % (table, diff)
+        state = conn.execute("SELECT state FROM leapfrog.migrations "
+                             "WHERE name = 'walk'").fetchone()[0]
+        assert state == "done", state
