@@ -603,163 +603,32 @@ lf_units_of(LfMapping *m, int from, ItemPointer seeds, int nseeds, Snapshot snap
 }
 
 /*
- * The order of m's key index on input 0, to compare keys as it does: the
- * 3-way support function of each leading column (BTORDER_PROC), the one a
- * row comparison's scan key calls.
- */
-typedef struct KeyOrder
-{
-	int			nkeys;
-	int			key[INDEX_MAX_KEYS];	/* the key in index column p + 1 */
-	Oid			proc[INDEX_MAX_KEYS];
-	FmgrInfo	cmp[INDEX_MAX_KEYS];
-	Oid			collation[INDEX_MAX_KEYS];
-} KeyOrder;
-
-/* false where the index orders otherwise: a column DESC, a key of another type */
-static bool
-key_order(LfMapping *m, Relation idx, KeyLookup *kl, KeyOrder *ko)
-{
-	ko->nkeys = m->nkeys;
-	for (int k = 0; k < m->nkeys; k++)
-	{
-		int			p = kl->col[k] - 1;
-
-		if (OidIsValid(kl->subtype[k]) || (idx->rd_indoption[p] & INDOPTION_DESC))
-			return false;
-		ko->proc[p] = get_opfamily_proc(idx->rd_opfamily[p], idx->rd_opcintype[p],
-										idx->rd_opcintype[p], BTORDER_PROC);
-		if (!OidIsValid(ko->proc[p]))
-			return false;
-		fmgr_info(ko->proc[p], &ko->cmp[p]);
-		ko->key[p] = k;
-		ko->collation[p] = idx->rd_indcollation[p];
-	}
-	return true;
-}
-
-static int
-key_cmp(const void *a, const void *b, void *arg)
-{
-	KeyOrder   *ko = arg;
-	Datum	   *x = *(Datum *const *) a;
-	Datum	   *y = *(Datum *const *) b;
-
-	for (int p = 0; p < ko->nkeys; p++)
-	{
-		int			c = DatumGetInt32(FunctionCall2Coll(&ko->cmp[p], ko->collation[p],
-														x[ko->key[p]], y[ko->key[p]]));
-
-		if (c != 0)
-			return c;
-	}
-	return 0;
-}
-
-/*
- * The rows of the groups of keys[0..n) (distinct, sorted by ko) in one walk
- * of the key index from the first key, ROW(key columns) >= keys[0], instead
- * of a descent per group: where a table was filled in key order (TPC-C's
- * order lines), a block range's groups are neighbours in the index too.
- * Rows of other groups met on the way are passed over; past budget of them
- * the walk stops.  found[j] gets group j's tids.  Returns how many groups
- * it finished: the others have no row in found and are left to the caller.
- */
-static int
-walk_groups(LfMapping *m, Relation rel, Relation idx, KeyOrder *ko, Datum **keys, int n,
-			Snapshot snap, TupleTableSlot *slot, List **found, int budget)
-{
-	ScanKeyData members[INDEX_MAX_KEYS];
-	ScanKeyData row;
-	IndexScanDesc scan;
-	int			j = 0;
-	bool		more;
-
-	for (int p = 0; p < ko->nkeys; p++)
-		ScanKeyEntryInitialize(&members[p],
-							   SK_ROW_MEMBER | (p == ko->nkeys - 1 ? SK_ROW_END : 0), p + 1,
-							   BTGreaterEqualStrategyNumber, InvalidOid, ko->collation[p],
-							   ko->proc[p], keys[0][ko->key[p]]);
-	ScanKeyEntryInitialize(&row, SK_ROW_HEADER, 1, BTGreaterEqualStrategyNumber, InvalidOid,
-						   ko->collation[0], InvalidOid, PointerGetDatum(members));
-	scan = index_beginscan(rel, idx, snap, 1, 0);
-	index_rescan(scan, &row, 1, NULL, 0);
-	while ((more = index_getnext_slot(scan, ForwardScanDirection, slot)))
-	{
-		Datum		rowkey[INDEX_MAX_KEYS];
-		Datum	   *rk = rowkey;
-		int			c = 1;
-
-		CHECK_FOR_INTERRUPTS();
-		for (int k = 0; k < m->nkeys; k++)
-		{
-			bool		isnull;
-
-			rowkey[k] = slot_getattr(slot, m->keys[0][k], &isnull);
-			if (isnull)
-				elog(ERROR, "leapfrog: NULL key in the walk of index %u", RelationGetRelid(idx));
-		}
-		/* the groups before this row's are over */
-		while (j < n && (c = key_cmp(&rk, &keys[j], ko)) > 0)
-			j++;
-		if (j == n)
-			break;
-		if (c == 0)
-		{
-			ItemPointer tid = palloc(sizeof(ItemPointerData));
-
-			*tid = slot->tts_tid;
-			found[j] = lappend(found[j], tid);
-		}
-		else if (--budget < 0)
-			break;				/* group j not reached: no row of it in found */
-	}
-	index_endscan(scan);
-	/* the index ended: every group reached is whole, and the rest have no row */
-	return more ? j : n;
-}
-
-/*
  * The rows of the groups of keys (each an array of the values of input 0's
- * key columns, none NULL, distinct) of GROUP BY mapping m, as snap sees
- * them, an LfUnit per key: the groups of a live input claimed by their keys
- * (live.c), which may have no row.  Several keys are sorted and found in
- * one walk of the index where it can (walk_groups), the rest one by one.
- * The caller holds a lock on the input.
+ * key columns, none NULL) of GROUP BY mapping m, as snap sees them, an
+ * LfUnit per key: the groups of a live input claimed by their keys
+ * (live.c), which may have no row.  The caller holds a lock on the input.
  */
 List *
 lf_units_by_keys(LfMapping *m, List *keys, Snapshot snap)
 {
 	UnitPlan   *up = unit_plan(m);
-	KeyLookup  *kl = &up->lookup[0][0];
 	Relation	rel = table_open(m->inputs[0], AccessShareLock);
-	Relation	idx = index_open(kl->index, AccessShareLock);
+	Relation	idx = index_open(up->lookup[0][0].index, AccessShareLock);
 	TupleTableSlot *slot = table_slot_create(rel, NULL);
 	bool		nulls[INDEX_MAX_KEYS] = {0};
-	int			n = list_length(keys);
-	Datum	  **k = palloc(sizeof(Datum *) * Max(n, 1));
-	List	  **found = palloc0(sizeof(List *) * Max(n, 1));
 	List	   *units = NIL;
-	KeyOrder	ko;
-	int			walked = 0;
+	ListCell   *lc;
 
 	Assert(m->kind == LF_MAP_GROUPS);
-	for (int j = 0; j < n; j++)
-		k[j] = list_nth(keys, j);
-	if (n > 1 && key_order(m, idx, kl, &ko))
+	foreach(lc, keys)
 	{
-		qsort_arg(k, n, sizeof(Datum *), key_cmp, &ko);
-		walked = walk_groups(m, rel, idx, &ko, k, n, snap, slot, found, 4 * n + 256);
-	}
-	for (int j = walked; j < n; j++)
-		lookup_rows(rel, idx, kl, m->nkeys, k[j], nulls, snap, slot, &found[j]);
-	for (int j = 0; j < n; j++)
-	{
+		List	   *found = NIL;
 		LfUnit	   *u = palloc0(sizeof(LfUnit));
 
-		u->key = k[j];
-		u->n[0] = tid_list_to_array(found[j], &u->tids[0]);
-		list_free_deep(found[j]);
+		u->key = lfirst(lc);
+		lookup_rows(rel, idx, &up->lookup[0][0], m->nkeys, u->key, nulls, snap, slot, &found);
+		u->n[0] = tid_list_to_array(found, &u->tids[0]);
+		list_free_deep(found);
 		units = lappend(units, u);
 	}
 	ExecDropSingleTupleTableSlot(slot);

@@ -203,13 +203,13 @@ def test_live_in_place_survives_kill_postmaster_and_worker(make_cluster):
     final_check(c)
 
 
-def test_worker_walks_the_key_index_or_looks_groups_up(make_cluster):
-    """The worker finds a block range's groups in one walk of the key index
-    where the table was filled in key order (`near`, a two-column key with a
-    text column), and one by one where its keys are scattered (`far`: the
-    walk passes over too many rows of other groups and stops); groups a
-    session migrated first lie in the way of both.  Each total must equal
-    the eager aggregate at start()."""
+def test_worker_migrates_clustered_and_scattered_groups(make_cluster):
+    """The worker's batches claim the keys of a block range, then look the
+    groups they got up through the key index: where the table was filled in
+    key order (`near`, a two-column key with a text column), and where its
+    keys are scattered over every block (`far`), with groups a session
+    migrated first among them.  Each total must equal the eager aggregate at
+    start()."""
     needs_real_extension()
     if MOCK:
         pytest.skip("needs the real extension")
