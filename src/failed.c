@@ -45,6 +45,7 @@
 #include "storage/lmgr.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
+#include "utils/datum.h"
 #include "utils/fmgroids.h"
 #include "utils/guc.h"
 #include "utils/jsonb.h"
@@ -86,8 +87,9 @@ owned_migration(const char *name)
 
 /*
  * A live input tracked in place (live.c) is the application's own table:
- * its rows are changed with UPDATE and DELETE, and a group that cannot be
- * computed from its rows as they were at start() has no row to set aside.
+ * its rows are changed with UPDATE and DELETE, and the migration reads a
+ * group as it was at start(), so a row of a group that cannot be computed
+ * cannot be corrected: the group can be set aside (quarantine_group).
  */
 static void
 refuse_live(LfMigration *mig, Oid relid)
@@ -95,9 +97,10 @@ refuse_live(LfMigration *mig, Oid relid)
 	if (list_member_oid(mig->live, relid))
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("table \"%s\" of migration \"%s\" is live: its rows cannot be corrected or quarantined",
+				 errmsg("table \"%s\" of migration \"%s\" is live: its rows cannot be corrected",
 						get_rel_name(relid), mig->name),
-				 errdetail("The migration reads the table in place, as it was at start(); a write of a row first migrates the row's group.")));
+				 errdetail("The migration reads the table in place, as it was at start(); a write of a row first migrates the row's group."),
+				 errhint("Set the row's group aside with leapfrog.quarantine_row: the new table does not get it, and the table's rows stay as they are.")));
 }
 
 /* The retired table of mig that was called input before start() */
@@ -111,7 +114,6 @@ input_named(LfMigration *mig, const char *input)
 				(errcode(ERRCODE_UNDEFINED_TABLE),
 				 errmsg("migration \"%s\" has no input table \"%s\"", mig->name, input),
 				 errhint("Name it as leapfrog.failed_rows shows it, schema-qualified.")));
-	refuse_live(mig, relid);
 	return relid;
 }
 
@@ -175,16 +177,33 @@ leapfrog_retired_row(PG_FUNCTION_ARGS)
 
 	if (rel == NULL)
 		PG_RETURN_NULL();
-	if (RelationGetNamespace(rel) != lf_retired_namespace() ||
-		rel->rd_rel->relkind != RELKIND_RELATION)
-		ereport(ERROR,
-				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
-				 errmsg("\"%s\" is not a retired table of a migration", RelationGetRelationName(rel))));
-	if (!has_privs_of_role(GetUserId(), rel->rd_rel->relowner))
-		ereport(ERROR,
-				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-				 errmsg("must have the privileges of the owner of the migration of \"%s\"",
-						RelationGetRelationName(rel))));
+	if (RelationGetNamespace(rel) == lf_retired_namespace() &&
+		rel->rd_rel->relkind == RELKIND_RELATION)
+	{
+		if (!has_privs_of_role(GetUserId(), rel->rd_rel->relowner))
+			ereport(ERROR,
+					(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+					 errmsg("must have the privileges of the owner of the migration of \"%s\"",
+							RelationGetRelationName(rel))));
+	}
+	else
+	{
+		/* a live input tracked in place: the application's table, as it is */
+		LfMigration *mig;
+
+		lf_cache_load();
+		mig = lf_migration_by_input(relid);
+		if (mig == NULL || !list_member_oid(mig->live, relid))
+			ereport(ERROR,
+					(errcode(ERRCODE_WRONG_OBJECT_TYPE),
+					 errmsg("\"%s\" is not a retired table of a migration", RelationGetRelationName(rel))));
+		if (!has_privs_of_role(GetUserId(), mig->owner) ||
+			pg_class_aclcheck(relid, GetUserId(), ACL_SELECT) != ACLCHECK_OK)
+			ereport(ERROR,
+					(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+					 errmsg("must have the privileges of the owner of the migration of \"%s\" and SELECT on it",
+							RelationGetRelationName(rel))));
+	}
 	slot = table_slot_create(rel, NULL);
 	if (ItemPointerIsValid(tid) &&
 		ItemPointerGetBlockNumber(tid) < RelationGetNumberOfBlocks(rel))
@@ -288,6 +307,7 @@ leapfrog_correct_row(PG_FUNCTION_ARGS)
 	char	   *sqlstate;
 	char	   *error;
 
+	refuse_live(mig, relid);
 	if (feeds_units(mig))
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
@@ -360,11 +380,94 @@ leapfrog_correct_row(PG_FUNCTION_ARGS)
 }
 
 /*
+ * Set aside the group of row tid of input, a live input tracked in place
+ * (live.c), into quarantine table qrel: its key goes into the table of done
+ * keys, so that the new table never gets the group and writes of its rows
+ * go through, and a copy of its rows, as they were at start() (nobody had
+ * claimed it), into qrel; the rows themselves stay, the application's.
+ * Its rows leave leapfrog.failed_row.  Returns how many rows were copied:
+ * 0 if the row is gone or its group migrated meanwhile.
+ */
+static uint64
+quarantine_group(LfMigration *mig, Oid input, ItemPointer tid, Oid qrel, Datum sqlstate,
+				 Datum error)
+{
+	LfMapping  *m = lf_unit_mapping(mig, input);
+	Relation	rel;
+	TupleTableSlot *slot;
+	Snapshot	snap;
+	Datum		key[INDEX_MAX_KEYS];
+	LfUnit	   *u = NULL;
+	uint64		copied = 0;
+
+	if (m == NULL || !lf_lock_input_if_exists(m->done_keys, RowExclusiveLock))
+		return 0;
+	CommandCounterIncrement();
+	snap = RegisterSnapshot(GetTransactionSnapshot());
+	rel = table_open(input, RowExclusiveLock);
+	slot = table_slot_create(rel, NULL);
+	if (ItemPointerIsValid(tid) &&
+		ItemPointerGetBlockNumber(tid) < RelationGetNumberOfBlocks(rel) &&
+		table_tuple_fetch_row_version(rel, tid, snap, slot))
+	{
+		LfDoneKeys *d;
+		LfLiveClaim c;
+
+		for (int k = 0; k < m->nkeys; k++)
+		{
+			Form_pg_attribute att = TupleDescAttr(RelationGetDescr(rel), m->keys[0][k] - 1);
+			bool		isnull;
+
+			key[k] = datumCopy(slot_getattr(slot, m->keys[0][k], &isnull), att->attbyval,
+							   att->attlen);
+		}
+		d = lf_done_keys_open(m);
+		c = lf_live_claim(d, m, key, true, snap, false);
+		lf_done_keys_close(d);
+		if (c == LF_CLAIMED)
+			u = linitial(lf_units_by_keys(m, list_make1(key), snap));
+	}
+	ExecDropSingleTupleTableSlot(slot);
+	table_close(rel, NoLock);
+	UnregisterSnapshot(snap);
+	if (u == NULL || u->n[0] == 0)
+		return 0;
+	{
+		Datum	   *elems = palloc(sizeof(Datum) * u->n[0]);
+		Oid			types[3] = {TIDARRAYOID, TEXTOID, TEXTOID};
+		Datum		values[3];
+
+		for (int j = 0; j < u->n[0]; j++)
+		{
+			char	   *sq;
+			char	   *er;
+
+			elems[j] = ItemPointerGetDatum(&u->tids[0][j]);
+			(void) lf_catalog_forget_failed_row(mig->id, input, &u->tids[0][j], &sq, &er);
+		}
+		values[0] = PointerGetDatum(construct_array(elems, u->n[0], TIDOID,
+													sizeof(ItemPointerData), false,
+													TYPALIGN_SHORT));
+		values[1] = sqlstate;
+		values[2] = error;
+		copied = run_as_owner(mig->owner,
+							  psprintf("INSERT INTO %s SELECT t.*, $2, $3 FROM ONLY %s AS t "
+									   "WHERE t.ctid OPERATOR(pg_catalog.=) ANY ($1)",
+									   lf_relation_name(qrel), lf_relation_name(input)),
+							  3, types, values, SPI_OK_INSERT);
+	}
+	return copied;
+}
+
+/*
  * Move one row of input (a retired table of mig) into the input's
  * quarantine table, created on first use and owned by the migration's
  * owner; returns the quarantine table, or InvalidOid if the row is gone.
- * The worker calls it too, for on_error => 'quarantine'.
+ * A row of a live input tracked in place sets its whole group aside
+ * (quarantine_group).  The worker calls it too, for on_error =>
+ * 'quarantine'.
  */
+
 Oid
 lf_quarantine(LfMigration *mig, Oid input, ItemPointer tid, const char *sqlstate,
 		   const char *error)
@@ -378,12 +481,19 @@ lf_quarantine(LfMigration *mig, Oid input, ItemPointer tid, const char *sqlstate
 	Datum		values[3] = {ItemPointerGetDatum(tid),
 		CStringGetTextDatum(sqlstate ? sqlstate : ""), CStringGetTextDatum(error ? error : "")};
 	uint64		moved;
+	bool		live = list_member_oid(mig->live, input);
+	char	   *source = live ? lf_relation_name(input) :
+		quote_qualified_identifier("leapfrog_retired", retired);
 
-	refuse_live(mig, input);
-	/* retired tables are named m<id>_<oid>_<name> (start.c) */
-	orig = strchr(retired, '_');
-	orig = orig ? strchr(orig + 1, '_') : NULL;
-	orig = orig ? orig + 1 : retired;
+	if (live)
+		orig = retired;			/* the application's table, in its schema */
+	else
+	{
+		/* retired tables are named m<id>_<oid>_<name> (start.c) */
+		orig = strchr(retired, '_');
+		orig = orig ? strchr(orig + 1, '_') : NULL;
+		orig = orig ? orig + 1 : retired;
+	}
 	snprintf(qname, sizeof(qname), "%.*s_m%d", NAMEDATALEN - 16, orig, mig->id);
 
 	if (SPI_connect() != SPI_OK_CONNECT)
@@ -406,7 +516,7 @@ lf_quarantine(LfMigration *mig, Oid input, ItemPointer tid, const char *sqlstate
 
 		if (SPI_execute(psprintf("CREATE TABLE %s (LIKE %s, failed_sqlstate text, failed_error text, "
 								 "quarantined_at timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp())",
-								 qq, quote_qualified_identifier("leapfrog_retired", retired)),
+								 qq, source),
 						false, 0) != SPI_OK_UTILITY ||
 			SPI_execute(psprintf("ALTER TABLE %s OWNER TO %s", qq, quote_identifier(owner)),
 						false, 0) != SPI_OK_UTILITY ||
@@ -431,12 +541,14 @@ lf_quarantine(LfMigration *mig, Oid input, ItemPointer tid, const char *sqlstate
 				 errmsg("quarantine table %s is not owned by the owner of migration \"%s\"",
 						quote_qualified_identifier("leapfrog_quarantine", qname), mig->name),
 				 errhint("Rename or drop that table.")));
-	moved = run_as_owner(mig->owner,
-						 psprintf("WITH moved AS (DELETE FROM %s AS t WHERE t.ctid OPERATOR(pg_catalog.=) $1 RETURNING t.*) "
-								  "INSERT INTO %s SELECT moved.*, $2, $3 FROM moved",
-								  quote_qualified_identifier("leapfrog_retired", retired),
-								  quote_qualified_identifier("leapfrog_quarantine", qname)),
-						 3, types, values, SPI_OK_INSERT);
+	if (live)
+		moved = quarantine_group(mig, input, tid, qrel, values[1], values[2]);
+	else
+		moved = run_as_owner(mig->owner,
+							 psprintf("WITH moved AS (DELETE FROM %s AS t WHERE t.ctid OPERATOR(pg_catalog.=) $1 RETURNING t.*) "
+									  "INSERT INTO %s SELECT moved.*, $2, $3 FROM moved",
+									  source, quote_qualified_identifier("leapfrog_quarantine", qname)),
+							 3, types, values, SPI_OK_INSERT);
 	SPI_finish();
 	return moved > 0 ? qrel : InvalidOid;
 }
