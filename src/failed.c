@@ -45,7 +45,6 @@
 #include "storage/lmgr.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
-#include "utils/datum.h"
 #include "utils/fmgroids.h"
 #include "utils/guc.h"
 #include "utils/jsonb.h"
@@ -413,14 +412,8 @@ quarantine_group(LfMigration *mig, Oid input, ItemPointer tid, Oid qrel, Datum s
 		LfDoneKeys *d;
 		LfLiveClaim c;
 
-		for (int k = 0; k < m->nkeys; k++)
-		{
-			Form_pg_attribute att = TupleDescAttr(RelationGetDescr(rel), m->keys[0][k] - 1);
-			bool		isnull;
-
-			key[k] = datumCopy(slot_getattr(slot, m->keys[0][k], &isnull), att->attbyval,
-							   att->attlen);
-		}
+		/* the key's values stay in the slot's pinned tuple until it is dropped */
+		lf_live_tuple_key(m, ExecFetchSlotHeapTuple(slot, false, NULL), RelationGetDescr(rel), key);
 		d = lf_done_keys_open(m);
 		c = lf_live_claim(d, m, key, true, snap, false);
 		lf_done_keys_close(d);
@@ -467,7 +460,6 @@ quarantine_group(LfMigration *mig, Oid input, ItemPointer tid, Oid qrel, Datum s
  * (quarantine_group).  The worker calls it too, for on_error =>
  * 'quarantine'.
  */
-
 Oid
 lf_quarantine(LfMigration *mig, Oid input, ItemPointer tid, const char *sqlstate,
 		   const char *error)

@@ -283,6 +283,7 @@ extern bool lf_live_done(LfDoneKeys *d, LfMapping *m, Datum *key, Snapshot snap)
 extern LfLiveClaim lf_live_claim(LfDoneKeys *d, LfMapping *m, Datum *key, bool wait,
 								 Snapshot snap, bool strict);
 extern List *lf_live_range_keys(LfMapping *m, Snapshot snap, BlockNumber lo, BlockNumber hi);
+extern void lf_live_tuple_key(LfMapping *m, HeapTuple tup, TupleDesc desc, Datum *key);
 extern uint64 lf_live_rows_left(LfMapping *m, Snapshot snap, ItemPointerData *tids, uint64 max);
 
 /* alter.c */

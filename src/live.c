@@ -572,8 +572,8 @@ lf_live_done(LfDoneKeys *d, LfMapping *m, Datum *key, Snapshot snap)
 }
 
 /* The key of live mapping m in tuple tup of its input (values not copied). */
-static void
-tuple_key(LfMapping *m, HeapTuple tup, TupleDesc desc, Datum *key)
+void
+lf_live_tuple_key(LfMapping *m, HeapTuple tup, TupleDesc desc, Datum *key)
 {
 	bool		isnull;
 
@@ -616,18 +616,12 @@ lf_live_range_keys(LfMapping *m, Snapshot snap, BlockNumber lo, BlockNumber hi)
 		bool		same = (last != NULL);
 
 		CHECK_FOR_INTERRUPTS();
-		for (int k = 0; k < m->nkeys; k++)
+		lf_live_tuple_key(m, ExecFetchSlotHeapTuple(slot, false, NULL), desc, key);
+		for (int k = 0; same && k < m->nkeys; k++)
 		{
 			Form_pg_attribute att = TupleDescAttr(desc, m->keys[0][k] - 1);
-			bool		isnull;
 
-			key[k] = slot_getattr(slot, m->keys[0][k], &isnull);
-			if (isnull)
-				ereport(ERROR,
-						(errcode(ERRCODE_NOT_NULL_VIOLATION),
-						 errmsg("leapfrog: NULL in group key column \"%s\" of a live input",
-								NameStr(att->attname))));
-			same = same && datumIsEqual(key[k], last[k], att->attbyval, att->attlen);
+			same = datumIsEqual(key[k], last[k], att->attbyval, att->attlen);
 		}
 		if (same)
 			continue;
@@ -764,9 +758,9 @@ leapfrog_live_input_trigger(PG_FUNCTION_ARGS)
 	has_old = !TRIGGER_FIRED_BY_INSERT(td->tg_event);
 	has_new = !TRIGGER_FIRED_BY_DELETE(td->tg_event);
 	if (has_old)
-		tuple_key(m, td->tg_trigtuple, desc, oldkey);
+		lf_live_tuple_key(m, td->tg_trigtuple, desc, oldkey);
 	if (has_new)
-		tuple_key(m, result, desc, newkey);
+		lf_live_tuple_key(m, result, desc, newkey);
 	if (has_old && has_new)
 	{
 		bool		same = true;
