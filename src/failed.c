@@ -415,7 +415,7 @@ quarantine_group(LfMigration *mig, Oid input, ItemPointer tid, Oid qrel, Datum s
 		/* the key's values stay in the slot's pinned tuple until it is dropped */
 		lf_live_tuple_key(m, ExecFetchSlotHeapTuple(slot, false, NULL), RelationGetDescr(rel), key);
 		d = lf_done_keys_open(m);
-		c = lf_live_claim(d, m, key, true, snap, false);
+		c = lf_live_claim(d, m, key, snap, false);
 		lf_done_keys_close(d);
 		if (c == LF_CLAIMED)
 			u = linitial(lf_units_by_keys(m, list_make1(key), snap));

@@ -269,8 +269,7 @@ extern List *lf_units_by_keys(LfMapping *m, List *keys, Snapshot snap);
 typedef enum LfLiveClaim
 {
 	LF_CLAIMED,					/* this transaction now migrates the group */
-	LF_DONE,					/* migrated, or being migrated by us */
-	LF_BUSY						/* another transaction is migrating it */
+	LF_DONE						/* migrated, or being migrated by us */
 } LfLiveClaim;
 extern const char *lf_live_unsupported(LfMapping *m);
 extern Oid	lf_live_track(LfMapping *m, int migration_id);
@@ -280,8 +279,9 @@ typedef struct LfDoneKeys LfDoneKeys;
 extern LfDoneKeys *lf_done_keys_open(LfMapping *m);
 extern void lf_done_keys_close(LfDoneKeys *d);
 extern bool lf_live_done(LfDoneKeys *d, LfMapping *m, Datum *key, Snapshot snap);
-extern LfLiveClaim lf_live_claim(LfDoneKeys *d, LfMapping *m, Datum *key, bool wait,
-								 Snapshot snap, bool strict);
+extern LfLiveClaim lf_live_claim(LfDoneKeys *d, LfMapping *m, Datum *key, Snapshot snap,
+								 bool strict);
+extern bool lf_live_claim_nowait(LfDoneKeys *d, LfMapping *m, Datum *key);
 extern List *lf_live_range_keys(LfMapping *m, Snapshot snap, BlockNumber lo, BlockNumber hi);
 extern void lf_live_tuple_key(LfMapping *m, HeapTuple tup, TupleDesc desc, Datum *key);
 extern uint64 lf_live_rows_left(LfMapping *m, Snapshot snap, ItemPointerData *tids, uint64 max);

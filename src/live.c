@@ -33,9 +33,12 @@
  *	  Found and committed (or ours): migrated.  Found and in progress: its
  *	  claimer is migrating the group; a session releases the lock, waits for
  *	  that transaction (XactLockTableWait: sleeping, deadlock-checked) and
- *	  looks again, a worker leaves the group.  Not found: the key is
- *	  inserted, and once inserted, the in-progress key is what the next
- *	  claimer meets.  An abort removes the key with the rows.
+ *	  looks again.  Not found: the key is inserted, and once inserted,
+ *	  the in-progress key is what the next claimer meets.  An abort removes
+ *	  the key with the rows.  A worker (lf_live_claim_nowait), under the
+ *	  same lock, inserts first and leaves the group if the unique index
+ *	  already holds the key, committed or in progress; it deletes its
+ *	  duplicate before it releases the lock.
  *	- Under REPEATABLE READ and SERIALIZABLE a statement that needs a group
  *	  migrated by a transaction its snapshot cannot see fails with 40001, as
  *	  a claim of a retired row does, and so does a write of one of its rows:
@@ -454,6 +457,18 @@ probe(LfDoneKeys *d, LfMapping *m, Datum *key, Snapshot snap)
 	return found;
 }
 
+/* d's IndexInfo, built once: lf_live_track built the index on the columns in order */
+static void
+done_keys_index_info(LfDoneKeys *d, LfMapping *m)
+{
+	if (d->info != NULL)
+		return;
+	d->info = BuildIndexInfo(d->idx);
+	for (int k = 0; k < m->nkeys; k++)
+		if (d->info->ii_NumIndexKeyAttrs != m->nkeys || d->info->ii_IndexAttrNumbers[k] != k + 1)
+			elog(ERROR, "leapfrog: unexpected index on %s", RelationGetRelationName(d->rel));
+}
+
 /*
  * A hash of key that equal keys share (the hash functions of the key's
  * equality operators), so that claimers of different keys rarely take the
@@ -480,14 +495,14 @@ key_hash(LfMapping *m, Datum *key)
 /*
  * Claim the group of key (values of the input's key columns, in key order)
  * of live mapping m: LF_CLAIMED if this transaction now migrates it,
- * LF_DONE if it is migrated (committed, or by this transaction), LF_BUSY
- * if another transaction is migrating it and wait is false.  With wait, a
+ * LF_DONE if it is migrated (committed, or by this transaction).  A
  * claimer in progress is waited for.  With strict (a statement that needs
- * the group's new row, or a write of its rows), a key committed by a transaction that snap cannot
- * see fails with 40001 under REPEATABLE READ and SERIALIZABLE.
+ * the group's new row, or a write of its rows), a key committed by a
+ * transaction that snap cannot see fails with 40001 under REPEATABLE READ
+ * and SERIALIZABLE.  The worker claims with lf_live_claim_nowait.
  */
 LfLiveClaim
-lf_live_claim(LfDoneKeys *d, LfMapping *m, Datum *key, bool wait, Snapshot snap, bool strict)
+lf_live_claim(LfDoneKeys *d, LfMapping *m, Datum *key, Snapshot snap, bool strict)
 {
 	LOCKTAG		tag;
 	LfLiveClaim result;
@@ -514,16 +529,7 @@ lf_live_claim(LfDoneKeys *d, LfMapping *m, Datum *key, bool wait, Snapshot snap,
 			bool		nulls[INDEX_MAX_KEYS] = {0};
 			HeapTuple	tup = heap_form_tuple(RelationGetDescr(d->rel), key, nulls);
 
-			if (d->info == NULL)
-			{
-				d->info = BuildIndexInfo(d->idx);
-				/* lf_live_track built it on the columns in order: a key is its values */
-				for (int k = 0; k < m->nkeys; k++)
-					if (d->info->ii_NumIndexKeyAttrs != m->nkeys ||
-						d->info->ii_IndexAttrNumbers[k] != k + 1)
-						elog(ERROR, "leapfrog: unexpected index on %s",
-							 RelationGetRelationName(d->rel));
-			}
+			done_keys_index_info(d, m);
 			simple_heap_insert(d->rel, tup);
 			(void) index_insert(d->idx, key, nulls, &tup->t_self, d->rel, UNIQUE_CHECK_YES,
 								false, d->info);
@@ -537,11 +543,6 @@ lf_live_claim(LfDoneKeys *d, LfMapping *m, Datum *key, bool wait, Snapshot snap,
 		if (TransactionIdIsValid(xwait))
 		{
 			/* another transaction is migrating the group */
-			if (!wait)
-			{
-				result = LF_BUSY;
-				break;
-			}
 			XactLockTableWait(xwait, d->rel, &d->slot->tts_tid, XLTW_None);
 			continue;
 		}
@@ -554,6 +555,43 @@ lf_live_claim(LfDoneKeys *d, LfMapping *m, Datum *key, bool wait, Snapshot snap,
 		break;
 	}
 	return result;
+}
+
+/*
+ * The worker's claim: lf_live_claim without wait, for a worker that leaves
+ * a group it cannot claim at once.  True if this transaction now migrates
+ * the group of key; false if the key is in D already (migrated, being
+ * migrated, or claimed earlier in this transaction).  Under the same lock,
+ * but it inserts the key first and lets the unique index tell of a key
+ * already there (UNIQUE_CHECK_PARTIAL: no wait, no error), which saves the
+ * look-up on the groups nobody touched, nearly all a worker meets.  The
+ * duplicate it inserted for the others is deleted at once, before the lock
+ * is released: no committed duplicate can exist.
+ */
+bool
+lf_live_claim_nowait(LfDoneKeys *d, LfMapping *m, Datum *key)
+{
+	LOCKTAG		tag;
+	bool		nulls[INDEX_MAX_KEYS] = {0};
+	HeapTuple	tup;
+	bool		claimed;
+
+	CHECK_FOR_INTERRUPTS();
+	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, m->done_keys, key_hash(m, key), LF_LIVE_LOCK_CLASS);
+	(void) LockAcquire(&tag, ExclusiveLock, false, false);
+	done_keys_index_info(d, m);
+	tup = heap_form_tuple(RelationGetDescr(d->rel), key, nulls);
+	simple_heap_insert(d->rel, tup);
+	claimed = index_insert(d->idx, key, nulls, &tup->t_self, d->rel, UNIQUE_CHECK_PARTIAL,
+						   false, d->info);
+	if (!claimed)
+	{
+		CommandCounterIncrement();	/* our insert is visible to the delete */
+		simple_heap_delete(d->rel, &tup->t_self);
+	}
+	LockRelease(&tag, ExclusiveLock, false);
+	heap_freetuple(tup);
+	return claimed;
 }
 
 /*

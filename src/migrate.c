@@ -1311,7 +1311,7 @@ migrate_live_units(LfMigration *mig, LfMapping *m, ItemPointer tids, int ntids,
 	{
 		LfUnit	   *u = lfirst(lc);
 
-		if (lf_live_claim(d, m, u->key, true, snap, true) == LF_CLAIMED)
+		if (lf_live_claim(d, m, u->key, snap, true) == LF_CLAIMED)
 			claimed = lappend(claimed, u);
 	}
 	lf_done_keys_close(d);
@@ -1346,7 +1346,7 @@ migrate_live_range(LfMigration *mig, LfMapping *m, BlockNumber lo, BlockNumber h
 	d = lf_done_keys_open(m);
 	foreach(lc, lf_live_range_keys(m, snap, lo, hi))
 	{
-		if (lf_live_claim(d, m, lfirst(lc), false, snap, false) == LF_CLAIMED)
+		if (lf_live_claim_nowait(d, m, lfirst(lc)))
 			claimed = lappend(claimed, lfirst(lc));
 	}
 	lf_done_keys_close(d);
@@ -1390,7 +1390,7 @@ lf_migrate_live_key(LfMigration *mig, LfMapping *m, Datum *key)
 	push_context(&errcb, &mc);
 	sp = step_plan(mig, m->input);
 	snap = step_snapshot();
-	c = lf_live_claim(d, m, key, true, snap, true);
+	c = lf_live_claim(d, m, key, snap, true);
 	lf_done_keys_close(d);
 	if (c == LF_CLAIMED)
 		(void) copy_live_claimed(mig, m, sp, snap, lf_units_by_keys(m, list_make1(key), snap),
