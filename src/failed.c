@@ -452,6 +452,33 @@ quarantine_group(LfMigration *mig, Oid input, ItemPointer tid, Oid qrel, Datum s
 	return copied;
 }
 
+/* The name input of mig had in the script (its schema aside) */
+static const char *
+original_name(LfMigration *mig, Oid input)
+{
+	char	   *name = get_rel_name(input);
+	char	   *orig;
+
+	if (name == NULL || list_member_oid(mig->live, input))
+		return name ? name : "";	/* the application's table, in its schema */
+	/* retired tables are named m<id>_<oid>_<name> (start.c) */
+	orig = strchr(name, '_');
+	orig = orig ? strchr(orig + 1, '_') : NULL;
+	return orig ? orig + 1 : name;
+}
+
+/* Does another input of mig have the original name orig? */
+static bool
+shares_name(LfMigration *mig, Oid input, const char *orig)
+{
+	ListCell   *lc;
+
+	foreach(lc, mig->inputs)
+		if (lfirst_oid(lc) != input && strcmp(original_name(mig, lfirst_oid(lc)), orig) == 0)
+			return true;
+	return false;
+}
+
 /*
  * Move one row of input (a retired table of mig) into the input's
  * quarantine table, created on first use and owned by the migration's
@@ -465,7 +492,7 @@ lf_quarantine(LfMigration *mig, Oid input, ItemPointer tid, const char *sqlstate
 		   const char *error)
 {
 	char	   *retired = get_rel_name(input);
-	char	   *orig;
+	const char *orig;
 	char		qname[NAMEDATALEN];
 	Oid			qnsp = get_namespace_oid("leapfrog_quarantine", false);
 	Oid			qrel;
@@ -477,16 +504,12 @@ lf_quarantine(LfMigration *mig, Oid input, ItemPointer tid, const char *sqlstate
 	char	   *source = live ? lf_relation_name(input) :
 		quote_qualified_identifier("leapfrog_retired", retired);
 
-	if (live)
-		orig = retired;			/* the application's table, in its schema */
+	orig = original_name(mig, input);
+	/* two inputs of one name (in two schemas) get a table each */
+	if (shares_name(mig, input, orig))
+		snprintf(qname, sizeof(qname), "%.*s_m%d_%u", NAMEDATALEN - 27, orig, mig->id, input);
 	else
-	{
-		/* retired tables are named m<id>_<oid>_<name> (start.c) */
-		orig = strchr(retired, '_');
-		orig = orig ? strchr(orig + 1, '_') : NULL;
-		orig = orig ? orig + 1 : retired;
-	}
-	snprintf(qname, sizeof(qname), "%.*s_m%d", NAMEDATALEN - 16, orig, mig->id);
+		snprintf(qname, sizeof(qname), "%.*s_m%d", NAMEDATALEN - 16, orig, mig->id);
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");

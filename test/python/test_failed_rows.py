@@ -321,6 +321,46 @@ def test_quarantine_goes_only_into_the_owners_table(make_cluster):
         assert conn.execute("SELECT count(*) FROM leapfrog_quarantine.t_m%d" % mid).fetchone()[0] == 0
 
 
+
+def test_same_name_in_two_schemas_set_aside_apart(make_cluster):
+    """Two inputs of one migration named alike in two schemas, with other
+    columns, each with a row the new schema refuses: each row goes into a
+    quarantine table of its own input (named with the input's oid), not
+    into one table for both (which took the second input's row into the
+    first's table, or failed on its columns)."""
+    needs_real_extension()
+    c = make_cluster(**{"leapfrog.background": "on", "leapfrog.background_delay": 0})
+    c.create_database("frs")
+    with c.connect("frs") as conn:
+        conn.execute("CREATE SCHEMA s1")
+        conn.execute("CREATE SCHEMA s2")
+        conn.execute("CREATE TABLE s1.acct (id int PRIMARY KEY, balance int NOT NULL)")
+        conn.execute("CREATE TABLE s2.acct (id int PRIMARY KEY, note text, balance int NOT NULL)")
+        conn.execute("INSERT INTO s1.acct SELECT g, CASE WHEN g = 7 THEN -1 ELSE g END "
+                     "FROM generate_series(1, 100) g")
+        conn.execute("INSERT INTO s2.acct SELECT g, 'n' || g, CASE WHEN g = 9 THEN -2 ELSE g END "
+                     "FROM generate_series(1, 100) g")
+        oids = dict(conn.execute("SELECT relnamespace::regnamespace::text, oid FROM pg_class "
+                                 "WHERE relname = 'acct'").fetchall())
+        conn.execute("""SELECT leapfrog.start('two', $$
+            CREATE TABLE s1.acct2 (id int PRIMARY KEY, balance int NOT NULL CHECK (balance >= 0));
+            INSERT INTO s1.acct2 SELECT id, balance FROM s1.acct; DROP TABLE s1.acct;
+            CREATE TABLE s2.acct2 (id int PRIMARY KEY, note text, balance int NOT NULL
+                                   CHECK (balance >= 0));
+            INSERT INTO s2.acct2 SELECT id, note, balance FROM s2.acct; DROP TABLE s2.acct;
+            $$, on_error => 'quarantine')""")
+        assert conn.execute("SELECT leapfrog.wait('two', 60)").fetchone()[0]
+        mid = conn.execute("SELECT id FROM leapfrog.migration WHERE name = 'two'").fetchone()[0]
+        assert conn.execute("SELECT count(*), sum(id) FROM s1.acct2").fetchone() == (99, 5050 - 7)
+        assert conn.execute("SELECT count(*), sum(id) FROM s2.acct2").fetchone() == (99, 5050 - 9)
+        q1 = "leapfrog_quarantine.acct_m%d_%d" % (mid, oids["s1"])
+        q2 = "leapfrog_quarantine.acct_m%d_%d" % (mid, oids["s2"])
+        assert conn.execute("SELECT id, balance, failed_sqlstate FROM %s" % q1).fetchall() == \
+            [(7, -1, "23514")]
+        assert conn.execute("SELECT id, note, balance, failed_sqlstate FROM %s" % q2).fetchall() == \
+            [(9, "n9", -2, "23514")]
+
+
 LIVE_SCRIPT = """
   CREATE TABLE line_total (o int PRIMARY KEY, n bigint NOT NULL,
                            amt bigint NOT NULL CHECK (amt < 1000));
