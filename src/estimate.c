@@ -145,8 +145,9 @@ lf_get_relation_info(PlannerInfo *root, Oid relid, bool inhparent, RelOptInfo *r
 }
 
 /*
- * The input column that column attnum of new table relid copies unchanged
- * (see the file header), as *input and *inattr; false if none.
+ * The input column that column attnum of table relid copies unchanged (see
+ * the file header), as *input and *inattr; false if none, or if relid is
+ * not a new table.
  */
 static bool
 copied_column(Oid relid, AttrNumber attnum, Oid *input, AttrNumber *inattr)
@@ -194,8 +195,7 @@ lf_get_relation_stats(PlannerInfo *root, RangeTblEntry *rte, AttrNumber attnum,
 
 	if (prev_get_relation_stats && prev_get_relation_stats(root, rte, attnum, vardata))
 		return true;
-	if (!lf_any_active() || rte->inh || !lf_is_target(rte->relid) ||
-		!copied_column(rte->relid, attnum, &input, &inattr))
+	if (!lf_any_active() || rte->inh || !copied_column(rte->relid, attnum, &input, &inattr))
 		return false;
 	tup = SearchSysCache3(STATRELATTINH, ObjectIdGetDatum(input), Int16GetDatum(inattr),
 						  BoolGetDatum(false));

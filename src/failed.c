@@ -397,7 +397,9 @@ quarantine_group(LfMigration *mig, Oid input, ItemPointer tid, Oid qrel, Datum s
 	Snapshot	snap;
 	Datum		key[INDEX_MAX_KEYS];
 	LfUnit	   *u = NULL;
-	uint64		copied = 0;
+	Datum	   *elems;
+	Oid			types[3] = {TIDARRAYOID, TEXTOID, TEXTOID};
+	Datum		values[3];
 
 	if (m == NULL || !lf_lock_input_if_exists(m->done_keys, RowExclusiveLock))
 		return 0;
@@ -425,31 +427,24 @@ quarantine_group(LfMigration *mig, Oid input, ItemPointer tid, Oid qrel, Datum s
 	UnregisterSnapshot(snap);
 	if (u == NULL || u->n[0] == 0)
 		return 0;
+	elems = palloc(sizeof(Datum) * u->n[0]);
+	for (int j = 0; j < u->n[0]; j++)
 	{
-		Datum	   *elems = palloc(sizeof(Datum) * u->n[0]);
-		Oid			types[3] = {TIDARRAYOID, TEXTOID, TEXTOID};
-		Datum		values[3];
+		char	   *sq;
+		char	   *er;
 
-		for (int j = 0; j < u->n[0]; j++)
-		{
-			char	   *sq;
-			char	   *er;
-
-			elems[j] = ItemPointerGetDatum(&u->tids[0][j]);
-			(void) lf_catalog_forget_failed_row(mig->id, input, &u->tids[0][j], &sq, &er);
-		}
-		values[0] = PointerGetDatum(construct_array(elems, u->n[0], TIDOID,
-													sizeof(ItemPointerData), false,
-													TYPALIGN_SHORT));
-		values[1] = sqlstate;
-		values[2] = error;
-		copied = run_as_owner(mig->owner,
-							  psprintf("INSERT INTO %s SELECT t.*, $2, $3 FROM ONLY %s AS t "
-									   "WHERE t.ctid OPERATOR(pg_catalog.=) ANY ($1)",
-									   lf_relation_name(qrel), lf_relation_name(input)),
-							  3, types, values, SPI_OK_INSERT);
+		elems[j] = ItemPointerGetDatum(&u->tids[0][j]);
+		(void) lf_catalog_forget_failed_row(mig->id, input, &u->tids[0][j], &sq, &er);
 	}
-	return copied;
+	values[0] = PointerGetDatum(construct_array(elems, u->n[0], TIDOID, sizeof(ItemPointerData),
+												false, TYPALIGN_SHORT));
+	values[1] = sqlstate;
+	values[2] = error;
+	return run_as_owner(mig->owner,
+						psprintf("INSERT INTO %s SELECT t.*, $2, $3 FROM ONLY %s AS t "
+								 "WHERE t.ctid OPERATOR(pg_catalog.=) ANY ($1)",
+								 lf_relation_name(qrel), lf_relation_name(input)),
+						3, types, values, SPI_OK_INSERT);
 }
 
 /* The name input of mig had in the script (its schema aside) */

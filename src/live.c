@@ -457,16 +457,34 @@ probe(LfDoneKeys *d, LfMapping *m, Datum *key, Snapshot snap)
 	return found;
 }
 
-/* d's IndexInfo, built once: lf_live_track built the index on the columns in order */
-static void
-done_keys_index_info(LfDoneKeys *d, LfMapping *m)
+/*
+ * Insert key into D, heap and unique index; the index's check is check (no
+ * other claimer can insert the key meanwhile: the caller holds the key's
+ * claim lock).  Returns index_insert's answer (with UNIQUE_CHECK_PARTIAL,
+ * false if an equal key is there, committed or in progress) and the new
+ * tuple's tid.
+ */
+static bool
+insert_key(LfDoneKeys *d, LfMapping *m, Datum *key, IndexUniqueCheck check, ItemPointer tid)
 {
-	if (d->info != NULL)
-		return;
-	d->info = BuildIndexInfo(d->idx);
-	for (int k = 0; k < m->nkeys; k++)
-		if (d->info->ii_NumIndexKeyAttrs != m->nkeys || d->info->ii_IndexAttrNumbers[k] != k + 1)
-			elog(ERROR, "leapfrog: unexpected index on %s", RelationGetRelationName(d->rel));
+	bool		nulls[INDEX_MAX_KEYS] = {0};
+	HeapTuple	tup = heap_form_tuple(RelationGetDescr(d->rel), key, nulls);
+	bool		result;
+
+	if (d->info == NULL)
+	{
+		d->info = BuildIndexInfo(d->idx);
+		/* lf_live_track built it on the columns in order: a key is its values */
+		for (int k = 0; k < m->nkeys; k++)
+			if (d->info->ii_NumIndexKeyAttrs != m->nkeys ||
+				d->info->ii_IndexAttrNumbers[k] != k + 1)
+				elog(ERROR, "leapfrog: unexpected index on %s", RelationGetRelationName(d->rel));
+	}
+	simple_heap_insert(d->rel, tup);
+	result = index_insert(d->idx, key, nulls, &tup->t_self, d->rel, check, false, d->info);
+	*tid = tup->t_self;
+	heap_freetuple(tup);
+	return result;
 }
 
 /*
@@ -492,6 +510,13 @@ key_hash(LfMapping *m, Datum *key)
 	return h;
 }
 
+/* The claim lock of key (the file header's locking rules) */
+static void
+claim_lock_tag(LOCKTAG *tag, LfMapping *m, Datum *key)
+{
+	SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, m->done_keys, key_hash(m, key), LF_LIVE_LOCK_CLASS);
+}
+
 /*
  * Claim the group of key (values of the input's key columns, in key order)
  * of live mapping m: LF_CLAIMED if this transaction now migrates it,
@@ -507,7 +532,7 @@ lf_live_claim(LfDoneKeys *d, LfMapping *m, Datum *key, Snapshot snap, bool stric
 	LOCKTAG		tag;
 	LfLiveClaim result;
 
-	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, m->done_keys, key_hash(m, key), LF_LIVE_LOCK_CLASS);
+	claim_lock_tag(&tag, m, key);
 	for (;;)
 	{
 		SnapshotData dirty;
@@ -526,14 +551,9 @@ lf_live_claim(LfDoneKeys *d, LfMapping *m, Datum *key, Snapshot snap, bool stric
 		InitDirtySnapshot(dirty);
 		if (!probe(d, m, key, &dirty))
 		{
-			bool		nulls[INDEX_MAX_KEYS] = {0};
-			HeapTuple	tup = heap_form_tuple(RelationGetDescr(d->rel), key, nulls);
+			ItemPointerData tid;
 
-			done_keys_index_info(d, m);
-			simple_heap_insert(d->rel, tup);
-			(void) index_insert(d->idx, key, nulls, &tup->t_self, d->rel, UNIQUE_CHECK_YES,
-								false, d->info);
-			heap_freetuple(tup);
+			(void) insert_key(d, m, key, UNIQUE_CHECK_YES, &tid);
 			LockRelease(&tag, ExclusiveLock, false);
 			result = LF_CLAIMED;
 			break;
@@ -572,25 +592,19 @@ bool
 lf_live_claim_nowait(LfDoneKeys *d, LfMapping *m, Datum *key)
 {
 	LOCKTAG		tag;
-	bool		nulls[INDEX_MAX_KEYS] = {0};
-	HeapTuple	tup;
+	ItemPointerData tid;
 	bool		claimed;
 
 	CHECK_FOR_INTERRUPTS();
-	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, m->done_keys, key_hash(m, key), LF_LIVE_LOCK_CLASS);
+	claim_lock_tag(&tag, m, key);
 	(void) LockAcquire(&tag, ExclusiveLock, false, false);
-	done_keys_index_info(d, m);
-	tup = heap_form_tuple(RelationGetDescr(d->rel), key, nulls);
-	simple_heap_insert(d->rel, tup);
-	claimed = index_insert(d->idx, key, nulls, &tup->t_self, d->rel, UNIQUE_CHECK_PARTIAL,
-						   false, d->info);
+	claimed = insert_key(d, m, key, UNIQUE_CHECK_PARTIAL, &tid);
 	if (!claimed)
 	{
 		CommandCounterIncrement();	/* our insert is visible to the delete */
-		simple_heap_delete(d->rel, &tup->t_self);
+		simple_heap_delete(d->rel, &tid);
 	}
 	LockRelease(&tag, ExclusiveLock, false);
-	heap_freetuple(tup);
 	return claimed;
 }
 
