@@ -21,7 +21,7 @@ PG_CFLAGS   = -Wall -Wextra -Wno-unused-parameter -Wno-sign-compare \
 # `make installcheck` (scripts/test.sh runs them one kind at a time, with
 # the Python tests, for `make test`).
 TEMP_CONFIG     = --temp-config=$(srcdir)/test/leapfrog.conf
-REGRESS         = create_extension replace_type split ctas filtered reads writes plans \
+REGRESS         = create_extension replace_type split ctas filtered reads writes unique_indexes plans \
                   fkey fkey_actions migrations_view explain errors search_path privileges \
                   row_errors alter_table aggregate join live live_in_place compute plan estimates
 REGRESS_OPTS    = --inputdir=$(srcdir)/test/regress --outputdir=test/regress \

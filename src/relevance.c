@@ -632,27 +632,61 @@ contain_multiexpr(Node *node)
 }
 
 /*
+ * Does the UPDATE at level write a column that index idx reads: a key
+ * column, or one its expressions or its predicate use?  If not, no updated
+ * row gets a new entry in it, so none can conflict.
+ */
+static bool
+writes_index_columns(Query *level, Relation idx)
+{
+	Bitmapset  *cols = NULL;
+	Form_pg_index ind = idx->rd_index;
+	ListCell   *lc;
+
+	for (int k = 0; k < ind->indnatts; k++)
+		if (ind->indkey.values[k] != 0)	/* 0: an expression, below */
+			cols = bms_add_member(cols, ind->indkey.values[k] - FirstLowInvalidHeapAttributeNumber);
+	pull_varattnos((Node *) RelationGetIndexExpressions(idx), 1, &cols);
+	pull_varattnos((Node *) RelationGetIndexPredicate(idx), 1, &cols);
+	/* a whole-row Var (0) in an expression reads every column */
+	if (bms_is_member(InvalidAttrNumber - FirstLowInvalidHeapAttributeNumber, cols))
+		return true;
+	foreach(lc, level->targetList)
+	{
+		TargetEntry *tle = lfirst(lc);
+
+		if (!tle->resjunk &&
+			bms_is_member(tle->resno - FirstLowInvalidHeapAttributeNumber, cols))
+			return true;
+	}
+	return false;
+}
+
+/*
  * The conflict condition of one unique index of the result relation r:
  * the AND of "mapping key column = key written" (mapping at range table
- * index mrti), or NIL if the statement writes no key of the index, or a
- * NULL one (never conflicts).  *unknown: a key cannot be computed before
- * the statement runs (volatile, correlated, exclusion or expression
- * indexes, NULLS NOT DISTINCT).
+ * index mrti), or NIL if the statement can add no entry to the index (an
+ * UPDATE that writes none of the columns it reads) or writes a NULL key
+ * into an index whose NULLs are distinct (never conflicts).  A partial
+ * index's predicate is left out: rows outside it are migrated for nothing,
+ * never missed.  NULLS NOT DISTINCT: a NULL key column also matches NULL.
+ * *unknown: a key cannot be computed before the statement runs (volatile,
+ * correlated, exclusion or expression indexes).
  */
 static List *
 index_conflict(Query *level, int r, Relation rel, Relation idx, int mrti, bool *unknown)
 {
 	Form_pg_index ind = idx->rd_index;
 	bool		is_insert = (level->commandType == CMD_INSERT);
-	bool		touches = is_insert;
 	List	   *conj = NIL;
 	int			k;
 
-	if (ind->indisexclusion)
-		*unknown = true;
-	if (!ind->indisunique || ind->indisexclusion)
+	if (!ind->indisunique && !ind->indisexclusion)
 		return NIL;
-	if (ind->indnullsnotdistinct || !heap_attisnull(idx->rd_indextuple, Anum_pg_index_indexprs, NULL))
+	if (!is_insert && !writes_index_columns(level, idx))
+		return NIL;
+	if (ind->indisexclusion ||
+		!heap_attisnull(idx->rd_indextuple, Anum_pg_index_indexprs, NULL))
 	{
 		*unknown = true;
 		return NIL;
@@ -662,6 +696,7 @@ index_conflict(Query *level, int r, Relation rel, Relation idx, int mrti, bool *
 		AttrNumber	attno = ind->indkey.values[k];
 		Form_pg_attribute att = TupleDescAttr(RelationGetDescr(rel), attno - 1);
 		Expr	   *e = NULL;
+		Expr	   *col;
 		ListCell   *lc;
 		Oid			opno;
 		Expr	   *clause;
@@ -671,16 +706,15 @@ index_conflict(Query *level, int r, Relation rel, Relation idx, int mrti, bool *
 			TargetEntry *tle = lfirst(lc);
 
 			if (tle->resno == attno && !tle->resjunk)
-			{
 				e = copyObject(tle->expr);
-				touches = true;
-			}
 		}
 		if (e == NULL)
 		{
-			if (is_insert)
+			if (is_insert && !ind->indnullsnotdistinct)
 				return NIL;		/* NULL: never conflicts */
-			e = (Expr *) makeVar(r, attno, att->atttypid, att->atttypmod, att->attcollation, 0);
+			e = is_insert ?
+				(Expr *) makeNullConst(att->atttypid, att->atttypmod, att->attcollation) :
+				(Expr *) makeVar(r, attno, att->atttypid, att->atttypmod, att->attcollation, 0);
 		}
 		opno = get_opfamily_member(idx->rd_opfamily[k], idx->rd_opcintype[k],
 								   idx->rd_opcintype[k], BTEqualStrategyNumber);
@@ -690,14 +724,26 @@ index_conflict(Query *level, int r, Relation rel, Relation idx, int mrti, bool *
 			*unknown = true;	/* a key we cannot compute beforehand */
 			return NIL;
 		}
-		clause = make_opclause(opno, BOOLOID, false,
-							   (Expr *) makeVar(mrti, attno, att->atttypid, att->atttypmod,
-												att->attcollation, 0),
-							   e, InvalidOid, idx->rd_indcollation[k]);
+		col = (Expr *) makeVar(mrti, attno, att->atttypid, att->atttypmod, att->attcollation, 0);
+		clause = make_opclause(opno, BOOLOID, false, col, e, InvalidOid, idx->rd_indcollation[k]);
 		set_opfuncid((OpExpr *) clause);
+		if (ind->indnullsnotdistinct)
+		{
+			NullTest   *col_null = makeNode(NullTest);
+			NullTest   *e_null = makeNode(NullTest);
+
+			col_null->arg = (Expr *) copyObject(col);
+			col_null->nulltesttype = IS_NULL;
+			col_null->location = -1;
+			e_null->arg = (Expr *) copyObject(e);
+			e_null->nulltesttype = IS_NULL;
+			e_null->location = -1;
+			clause = make_orclause(list_make2(clause,
+											  make_andclause(list_make2(col_null, e_null))));
+		}
 		conj = lappend(conj, clause);
 	}
-	return touches ? conj : NIL;
+	return conj;
 }
 
 /*
