@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """What a point query costs on a table under migration.
 
-    .venv/bin/python bench/point_query.py [--rows 2000000] [--rounds 5] [--seconds 4]
+    .venv/bin/python bench/point_query.py [--migration row|group] [--rows 2000000]
+                                          [--rounds 5] [--seconds 4]
 
 On a throwaway cluster (the benchmark suite's settings, background workers
 off so nothing moves but what the queries move), a table of N rows is
@@ -23,6 +24,13 @@ leapfrog.read_mode), the same SELECT with read_mode = migrate (which moves
 it), and an UPDATE by key (which moves it).  It prints per round the mean
 latency of each variant and first/migrated and first/plain, then the
 medians of the per-round ratios with their spread.  Not a test: figures.
+
+--migration group does the same for a GROUP BY mapping whose input stays
+live (tracked in place, as the TPC-C aggregate's order_line): N lines in
+N/10 groups of ten, totals(g, total) = sum of a group's amounts.  A
+"row" is then a group: the SELECT and UPDATE go to totals by group key,
+and a fourth query updates one line of the group (the live input's
+trigger migrates the group first, as TPC-C's Delivery does).
 """
 import argparse
 import re
@@ -41,34 +49,73 @@ from leapfrog_cluster import Cluster, extension_installed  # noqa: E402
 from leapfrog_bench.settings import default_settings  # noqa: E402
 
 DB = "pointq"
-SCRIPT = """
+ROW_SCRIPT = """
   CREATE TABLE acct2 (id bigint PRIMARY KEY, bal bigint NOT NULL, note text NOT NULL);
   INSERT INTO acct2 SELECT id, bal, note FROM acct;
   DROP TABLE acct;
   ALTER TABLE acct2 RENAME TO acct;
 """
-QUERIES = {
+MIGRATE = {"PGOPTIONS": "-c leapfrog.read_mode=migrate"}
+ROW_QUERIES = {
     "select": ("SELECT bal, note FROM {t} WHERE id = :id;", {}),
-    "select_migrate": ("SELECT bal, note FROM {t} WHERE id = :id;",
-                       {"PGOPTIONS": "-c leapfrog.read_mode=migrate"}),
+    "select_migrate": ("SELECT bal, note FROM {t} WHERE id = :id;", MIGRATE),
     "update": ("UPDATE {t} SET bal = bal + 1 WHERE id = :id;", {}),
+}
+GROUP_SCRIPT = """
+  CREATE TABLE totals (g int PRIMARY KEY, total bigint);
+  INSERT INTO totals SELECT g, sum(amt) FROM lines GROUP BY g;
+"""
+# {t}: the totals table, {l}: its input
+GROUP_QUERIES = {
+    "select": ("SELECT total FROM {t} WHERE g = :id;", {}),
+    "select_migrate": ("SELECT total FROM {t} WHERE g = :id;", MIGRATE),
+    "update": ("UPDATE {t} SET total = total + 1 WHERE g = :id;", {}),
+    "update_line": ("UPDATE {l} SET amt = amt + 1 WHERE g = :id AND n = 1;", {}),
 }
 
 
-def setup(cl, n):
+def setup_rows(c, n):
+    for t in ("acct", "plain"):
+        c.execute(f"CREATE TABLE {t} (id int PRIMARY KEY, bal int NOT NULL, note text NOT NULL)")
+        c.execute(f"INSERT INTO {t} SELECT g, g, md5(g::text) FROM generate_series(1, %s) g",
+                  (n,))
+        c.execute(f"VACUUM ANALYZE {t}")
+    c.execute("SELECT leapfrog.start('pointq', %s)", (ROW_SCRIPT,))
+    c.execute("UPDATE acct SET bal = bal WHERE id <= %s", (n // 10,))
+    c.execute("ANALYZE acct")
+
+
+def setup_groups(c, n):
+    """n lines in n/10 groups; returns the number of groups."""
+    groups = n // 10
+    for t in ("lines", "plain_lines"):
+        c.execute(f"CREATE TABLE {t} (g int NOT NULL, n int NOT NULL, amt int NOT NULL, "
+                  "PRIMARY KEY (g, n))")
+        c.execute(f"INSERT INTO {t} SELECT g, n, g + n FROM generate_series(1, %s) g, "
+                  "generate_series(1, 10) n ORDER BY g, n", (groups,))
+        c.execute(f"VACUUM ANALYZE {t}")
+    c.execute("CREATE TABLE plain (g int PRIMARY KEY, total bigint)")
+    c.execute("INSERT INTO plain SELECT g, sum(amt) FROM plain_lines GROUP BY g")
+    c.execute("VACUUM ANALYZE plain")
+    c.execute("SELECT leapfrog.start('pointq', %s)", (GROUP_SCRIPT,))
+    c.execute("UPDATE lines SET amt = amt WHERE g <= %s AND n = 1", (groups // 10,))
+    c.execute("ANALYZE totals")
+    return groups
+
+
+def setup(cl, n, migration):
+    """Returns the number of keys (rows or groups) and the queries."""
     with psycopg.connect(cl.conninfo(), autocommit=True) as c:
         c.execute(f"CREATE DATABASE {DB}")
     with psycopg.connect(cl.conninfo(DB), autocommit=True) as c:
         c.execute("CREATE EXTENSION leapfrog")
-        for t in ("acct", "plain"):
-            c.execute(f"CREATE TABLE {t} (id int PRIMARY KEY, bal int NOT NULL, note text NOT NULL)")
-            c.execute(f"INSERT INTO {t} SELECT g, g, md5(g::text) FROM generate_series(1, %s) g",
-                      (n,))
-            c.execute(f"VACUUM ANALYZE {t}")
-        c.execute("SELECT leapfrog.start('pointq', %s)", (SCRIPT,))
-        c.execute("UPDATE acct SET bal = bal WHERE id <= %s", (n // 10,))
-        c.execute("ANALYZE acct")
+        if migration == "row":
+            keys, queries = n, ROW_QUERIES
+            setup_rows(c, n)
+        else:
+            keys, queries = setup_groups(c, n), GROUP_QUERIES
         c.execute("CHECKPOINT")
+    return keys, queries
 
 
 def remaining(cl):
@@ -96,7 +143,11 @@ def spread(xs):
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rows", type=int, default=2_000_000)
+    ap.add_argument("--migration", choices=["row", "group"], default="row",
+                    help="row: a 1:1 mapping (default); group: a GROUP BY mapping of a live input")
+    ap.add_argument("--rows", type=int,
+                    help="rows (row) or lines (group); default 2M and 10M: the pool of keys "
+                         "not migrated must outlast the rounds")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--seconds", type=int, default=4)
     args = ap.parse_args()
@@ -104,21 +155,25 @@ def main():
         sys.exit("point_query: the leapfrog extension is not installed (make install)")
     settings = default_settings()
     settings["leapfrog.background"] = "off"
-    n, m = args.rows, args.rows // 10
-    ratios = {q: {"first/migrated": [], "first/plain": [], "migrated/plain": []} for q in QUERIES}
-    moved = {q: 0 for q in QUERIES}
     with Cluster(settings=settings, preload=True) as cl:
         cl.wait_ready()
-        setup(cl, n)
+        rows = args.rows or {"row": 2_000_000, "group": 10_000_000}[args.migration]
+        n, queries = setup(cl, rows, args.migration)
+        m = n // 10
+        ratios = {q: {"first/migrated": [], "first/plain": [], "migrated/plain": []}
+                  for q in queries}
+        moved = {q: 0 for q in queries}
+        new = {"row": dict(t="acct"), "group": dict(t="totals", l="lines")}[args.migration]
+        plain = {"row": dict(t="plain"), "group": dict(t="plain", l="plain_lines")}[args.migration]
         for r in range(args.rounds):
-            for q, (sql, env) in QUERIES.items():
+            for q, (sql, env) in queries.items():
                 before = remaining(cl)
                 lat = {
-                    "plain": pgbench(cl, sql.format(t="plain"), 1, n, args.seconds, env),
-                    "migrated": pgbench(cl, sql.format(t="acct"), 1, m, args.seconds, env),
+                    "plain": pgbench(cl, sql.format(**plain), 1, n, args.seconds, env),
+                    "migrated": pgbench(cl, sql.format(**new), 1, m, args.seconds, env),
                 }
                 left = remaining(cl)
-                lat["first"] = pgbench(cl, sql.format(t="acct"), m + 1, n, args.seconds, env)
+                lat["first"] = pgbench(cl, sql.format(**new), m + 1, n, args.seconds, env)
                 moved[q] += left - remaining(cl)
                 assert before == left, "queries on migrated rows moved rows"
                 ratios[q]["first/migrated"].append(lat["first"] / lat["migrated"])
@@ -127,10 +182,11 @@ def main():
                 print(f"round {r + 1} {q:15s} plain {lat['plain']:7.1f} us  migrated "
                       f"{lat['migrated']:7.1f} us  first {lat['first']:7.1f} us  "
                       f"first/migrated {lat['first'] / lat['migrated']:.2f}", flush=True)
-    print(f"\nmedians over {args.rounds} rounds (min-max), {n} rows, {m} migrated beforehand:")
-    for q in QUERIES:
+    unit = {"row": "rows", "group": "groups of 10 lines"}[args.migration]
+    print(f"\nmedians over {args.rounds} rounds (min-max), {n} {unit}, {m} migrated beforehand:")
+    for q in queries:
         print(f"  {q:15s} " + "  ".join(f"{k} {spread(v)}" for k, v in ratios[q].items())
-              + f"  (rows moved by 'first': {moved[q]})")
+              + f"  (input rows moved by 'first': {moved[q]})")
 
 
 if __name__ == "__main__":

@@ -210,6 +210,8 @@ mapping_branch(LfMapping *m, LfMigration *mig, RangeTblEntry *orig, int rti,
 	Query	   *branch;
 	List	   *tlist = NIL;
 	List	   *quals;
+	List	   *mine = NIL;		/* conjuncts, on the branch's FROM */
+	Node	   *gate_done;
 	ListCell   *lc;
 	int			attno;
 	bool		in_place = list_member_oid(mig->in_place, m->input);
@@ -260,9 +262,16 @@ mapping_branch(LfMapping *m, LfMigration *mig, RangeTblEntry *orig, int rti,
 		Node	   *raw;
 
 		ChangeVarNodes(c, rti, 1, 0);
+		mine = lappend(mine, c);
 		raw = lf_raw_quals(branch, c);
 		if (!equal(raw, c))
 			quals = lappend(quals, raw);
+	}
+	/* a group the statement pins: skip its rows if it is migrated (live.c) */
+	if ((gate_done = lf_live_pinned_gate(m, mine, 1)) != NULL)
+	{
+		quals = lappend(quals, gate_done);
+		branch->hasSubLinks = true;
 	}
 	branch->jointree->quals = (Node *) make_ands_explicit(quals);
 	return branch;
@@ -317,38 +326,6 @@ constraint_quals(Relation rel)
 		quals = lappend(quals, check_call(fn, rel, stringToNode(cc->ccbin), cc->ccname, false));
 	}
 	return quals;
-}
-
-/*
- * The WHERE conjuncts of level q on occurrence rti alone, where rti is a
- * plain member of the FROM list (no outer join above it): they restrict its
- * rows, in any branch.
- */
-static List *
-own_conjuncts(Query *q, int rti)
-{
-	List	   *result = NIL;
-	bool		direct = false;
-	ListCell   *lc;
-
-	if (q->jointree == NULL || q->jointree->quals == NULL)
-		return NIL;
-	foreach(lc, q->jointree->fromlist)
-		if (IsA(lfirst(lc), RangeTblRef) && ((RangeTblRef *) lfirst(lc))->rtindex == rti)
-			direct = true;
-	if (!direct)
-		return NIL;
-	foreach(lc, make_ands_implicit((Expr *) q->jointree->quals))
-	{
-		Node	   *c = lfirst(lc);
-		Relids		rels = pull_varnos_of_level(NULL, c, 0);
-
-		if (bms_membership(rels) == BMS_SINGLETON && bms_is_member(rti, rels) &&
-			!contain_volatile_functions(c) && !checkExprHasSubLink(c) &&
-			!lf_has_outer_refs(c))
-			result = lappend(result, c);
-	}
-	return result;
 }
 
 /*
@@ -499,7 +476,7 @@ rewrite_walker(Node *node, ComputeCtx *cx)
 			cx->ok = false;
 			return false;
 		}
-		u = union_rte(rte, rti, own_conjuncts(q, rti), lf_mappings_for_target(rte->relid), cx);
+		u = union_rte(rte, rti, lf_own_conjuncts(q, rti), lf_mappings_for_target(rte->relid), cx);
 		if (u == NULL)
 		{
 			cx->ok = false;

@@ -275,6 +275,8 @@ extern const char *lf_live_unsupported(LfMapping *m);
 extern Oid	lf_live_track(LfMapping *m, int migration_id);
 extern Oid	lf_live_trigger_table(Oid keys);
 extern Query *lf_live_unmigrated_query(LfMapping *m);
+extern Node *lf_live_pinned_gate(LfMapping *m, List *conds, int varno);
+extern List *lf_own_conjuncts(Query *q, int rti);
 typedef struct LfDoneKeys LfDoneKeys;
 extern LfDoneKeys *lf_done_keys_open(LfMapping *m);
 extern void lf_done_keys_close(LfDoneKeys *d);

@@ -313,15 +313,13 @@ lf_live_trigger_table(Oid keys)
  */
 
 /*
- * m's query AND NOT EXISTS (SELECT FROM done_keys d WHERE d.k1 = input.k1
- * AND ...): what relevance and computing reads see of a live mapping (the
- * key columns are NOT NULL, so equality is the group's identity).  The
- * steps copy with m's own query, restricted to the rows they claimed.
+ * EXISTS (SELECT FROM done_keys d WHERE d.k1 = rhs1 AND ...): rhs[k] is the
+ * right operand of key column k's equality (m->eqops), at the sublink's
+ * level (so an input Var has varlevelsup 1).
  */
-Query *
-lf_live_unmigrated_query(LfMapping *m)
+static SubLink *
+done_keys_exists(LfMapping *m, Expr **rhs)
 {
-	Query	   *q = copyObject(m->query);
 	Query	   *sub = makeNode(Query);
 	RangeTblEntry *rte = makeNode(RangeTblEntry);
 	SubLink    *sl = makeNode(SubLink);
@@ -346,8 +344,7 @@ lf_live_unmigrated_query(LfMapping *m)
 		get_atttypetypmodcoll(m->inputs[0], m->keys[0][k], &type, &typmod, &coll);
 		eq = (OpExpr *) make_opclause(op, BOOLOID, false,
 									  (Expr *) makeVar(1, k + 1, type, typmod, coll, 0),
-									  (Expr *) makeVar(m->rtis[0], m->keys[0][k], type, typmod, coll, 1),
-									  InvalidOid, m->collations[k]);
+									  rhs[k], InvalidOid, m->collations[k]);
 		eq->opfuncid = get_opcode(op);
 		conds = lappend(conds, eq);
 		rte->selectedCols = bms_add_member(rte->selectedCols,
@@ -367,10 +364,108 @@ lf_live_unmigrated_query(LfMapping *m)
 	sl->subLinkId = 0;
 	sl->subselect = (Node *) sub;
 	sl->location = -1;
+	return sl;
+}
+
+/*
+ * m's query AND NOT EXISTS (SELECT FROM done_keys d WHERE d.k1 = input.k1
+ * AND ...): what relevance and computing reads see of a live mapping (the
+ * key columns are NOT NULL, so equality is the group's identity).  The
+ * steps copy with m's own query, restricted to the rows they claimed.
+ */
+Query *
+lf_live_unmigrated_query(LfMapping *m)
+{
+	Query	   *q = copyObject(m->query);
+	Expr	   *rhs[INDEX_MAX_KEYS];
+
+	for (int k = 0; k < m->nkeys; k++)
+	{
+		Oid			type,
+					coll;
+		int32		typmod;
+
+		get_atttypetypmodcoll(m->inputs[0], m->keys[0][k], &type, &typmod, &coll);
+		rhs[k] = (Expr *) makeVar(m->rtis[0], m->keys[0][k], type, typmod, coll, 1);
+	}
 	q->jointree->quals = make_and_qual(q->jointree->quals,
-									   (Node *) makeBoolExpr(NOT_EXPR, list_make1(sl), -1));
+									   (Node *) makeBoolExpr(NOT_EXPR,
+															 list_make1(done_keys_exists(m, rhs)),
+															 -1));
 	q->hasSubLinks = true;
 	return q;
+}
+
+/*
+ * A statement that pins every key column of live mapping m's target to a
+ * value (target.k = <expression without Vars>, with the key's own equality
+ * and collation) reads one group: NOT EXISTS (SELECT FROM done_keys WHERE
+ * d.k1 = value1 AND ...), for the branch that computes it from the input
+ * (compute.c), or NULL if the conditions do not pin every key column.
+ * The planner runs it once, as a one-time filter, before the input's rows
+ * are read: a migrated group costs one probe of the done keys, not a read
+ * of its rows and the anti-join.  Redundant with the anti-join, so it
+ * changes no result.  conds: the statement's conjuncts on the target,
+ * whose Vars (varno) read the target's columns.
+ */
+Node *
+lf_live_pinned_gate(LfMapping *m, List *conds, int varno)
+{
+	Expr	   *rhs[INDEX_MAX_KEYS];
+
+	if (!OidIsValid(m->done_keys) || m->query->groupClause == NIL)
+		return NULL;
+	for (int k = 0; k < m->nkeys; k++)
+	{
+		AttrNumber	target_att = 0;
+		ListCell   *lc;
+
+		/* the target column that is key column k, unchanged */
+		foreach(lc, m->query->targetList)
+		{
+			TargetEntry *tle = lfirst(lc);
+			Var		   *v = (Var *) tle->expr;
+
+			if (tle->resno <= m->natts && IsA(v, Var) && v->varlevelsup == 0 &&
+				v->varno == m->rtis[0] && v->varattno == m->keys[0][k])
+			{
+				target_att = tle->resno;
+				break;
+			}
+		}
+		if (target_att == 0)
+			return NULL;
+		rhs[k] = NULL;
+		foreach(lc, conds)
+		{
+			OpExpr	   *op = lfirst(lc);
+			Node	   *l,
+					   *r;
+
+			if (!IsA(op, OpExpr) || op->opno != m->eqops[k] ||
+				op->inputcollid != m->collations[k] || list_length(op->args) != 2)
+				continue;
+			l = linitial(op->args);
+			r = lsecond(op->args);
+			if (IsA(r, Var))
+			{
+				Node	   *t = l;
+
+				l = r;
+				r = t;
+			}
+			if (IsA(l, Var) && ((Var *) l)->varno == varno && ((Var *) l)->varlevelsup == 0 &&
+				((Var *) l)->varattno == target_att && !contain_vars_of_level(r, 0) &&
+				!contain_volatile_functions(r))
+			{
+				rhs[k] = (Expr *) copyObject(r);
+				break;
+			}
+		}
+		if (rhs[k] == NULL)
+			return NULL;
+	}
+	return (Node *) makeBoolExpr(NOT_EXPR, list_make1(done_keys_exists(m, rhs)), -1);
 }
 
 /* ---------------------------------------------------------------------

@@ -207,6 +207,38 @@ lf_mapping_filters(LfMapping *m)
 }
 
 /*
+ * The WHERE conjuncts of level q on occurrence rti alone, where rti is a
+ * plain member of the FROM list (no outer join above it): they restrict its
+ * rows, in any branch.
+ */
+List *
+lf_own_conjuncts(Query *q, int rti)
+{
+	List	   *result = NIL;
+	bool		direct = false;
+	ListCell   *lc;
+
+	if (q->jointree == NULL || q->jointree->quals == NULL)
+		return NIL;
+	foreach(lc, q->jointree->fromlist)
+		if (IsA(lfirst(lc), RangeTblRef) && ((RangeTblRef *) lfirst(lc))->rtindex == rti)
+			direct = true;
+	if (!direct)
+		return NIL;
+	foreach(lc, make_ands_implicit((Expr *) q->jointree->quals))
+	{
+		Node	   *c = lfirst(lc);
+		Relids		rels = pull_varnos_of_level(NULL, c, 0);
+
+		if (bms_membership(rels) == BMS_SINGLETON && bms_is_member(rti, rels) &&
+			!contain_volatile_functions(c) && !checkExprHasSubLink(c) &&
+			!lf_has_outer_refs(c))
+			result = lappend(result, c);
+	}
+	return result;
+}
+
+/*
  * Replace occurrence rti of a migrating table by its mapping m.  The
  * original entry is kept at the end of the range table, outside the join
  * tree, so the executor still checks the caller's privileges on the table
@@ -217,11 +249,19 @@ replace_with_map(Query *q, int rti, LfMapping *m)
 {
 	RangeTblEntry *orig = rt_fetch(rti, q->rtable);
 	RangeTblEntry *perm = copyObject(orig);
+	RangeTblEntry *map = make_map_rte(m, orig);
+	Node	   *gate = lf_live_pinned_gate(m, lf_own_conjuncts(q, rti), rti);
 
 	perm->inFromCl = false;
 	perm->securityQuals = NIL;
 	q->rtable = lappend(q->rtable, perm);
-	list_nth_cell(q->rtable, rti - 1)->ptr_value = make_map_rte(m, orig);
+	/* a group the statement pins: skip its rows if it is migrated (live.c) */
+	if (gate)
+	{
+		map->subquery->jointree->quals = make_and_qual(map->subquery->jointree->quals, gate);
+		map->subquery->hasSubLinks = true;
+	}
+	list_nth_cell(q->rtable, rti - 1)->ptr_value = map;
 }
 
 static Var *
