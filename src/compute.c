@@ -269,10 +269,7 @@ mapping_branch(LfMapping *m, LfMigration *mig, RangeTblEntry *orig, int rti,
 	}
 	/* a group the statement pins: skip its rows if it is migrated (live.c) */
 	if ((gate_done = lf_live_pinned_gate(m, mine, 1)) != NULL)
-	{
-		quals = lappend(quals, gate_done);
-		branch->hasSubLinks = true;
-	}
+		lf_live_pin(from->subquery, m, gate_done);
 	branch->jointree->quals = (Node *) make_ands_explicit(quals);
 	return branch;
 }

@@ -276,6 +276,7 @@ extern Oid	lf_live_track(LfMapping *m, int migration_id);
 extern Oid	lf_live_trigger_table(Oid keys);
 extern Query *lf_live_unmigrated_query(LfMapping *m);
 extern Node *lf_live_pinned_gate(LfMapping *m, List *conds, int varno);
+extern void lf_live_pin(Query *sub, LfMapping *m, Node *gate);
 extern List *lf_own_conjuncts(Query *q, int rti);
 typedef struct LfDoneKeys LfDoneKeys;
 extern LfDoneKeys *lf_done_keys_open(LfMapping *m);

@@ -404,9 +404,8 @@ lf_live_unmigrated_query(LfMapping *m)
  * (compute.c), or NULL if the conditions do not pin every key column.
  * The planner runs it once, as a one-time filter, before the input's rows
  * are read: a migrated group costs one probe of the done keys, not a read
- * of its rows and the anti-join.  Redundant with the anti-join, so it
- * changes no result.  conds: the statement's conjuncts on the target,
- * whose Vars (varno) read the target's columns.
+ * of its rows and the anti-join (lf_live_pin).  conds: the statement's
+ * conjuncts on the target, whose Vars (varno) read the target's columns.
  */
 Node *
 lf_live_pinned_gate(LfMapping *m, List *conds, int varno)
@@ -466,6 +465,20 @@ lf_live_pinned_gate(LfMapping *m, List *conds, int varno)
 			return NULL;
 	}
 	return (Node *) makeBoolExpr(NOT_EXPR, list_make1(done_keys_exists(m, rhs)), -1);
+}
+
+/*
+ * sub, a copy of m->unmigrated, for a statement that pins one group: the
+ * gate (lf_live_pinned_gate) in place of the anti-join, which it makes
+ * redundant (the statement keeps only the pinned group's rows, and they
+ * are all unmigrated or none).  One probe of the done keys instead of two,
+ * and one index scan fewer in the executor's state.
+ */
+void
+lf_live_pin(Query *sub, LfMapping *m, Node *gate)
+{
+	sub->jointree->quals = make_and_qual(copyObject(m->query->jointree->quals), gate);
+	sub->hasSubLinks = true;
 }
 
 /* ---------------------------------------------------------------------

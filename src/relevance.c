@@ -257,10 +257,7 @@ replace_with_map(Query *q, int rti, LfMapping *m)
 	q->rtable = lappend(q->rtable, perm);
 	/* a group the statement pins: skip its rows if it is migrated (live.c) */
 	if (gate)
-	{
-		map->subquery->jointree->quals = make_and_qual(map->subquery->jointree->quals, gate);
-		map->subquery->hasSubLinks = true;
-	}
+		lf_live_pin(map->subquery, m, gate);
 	list_nth_cell(q->rtable, rti - 1)->ptr_value = map;
 }
 
