@@ -2902,9 +2902,6 @@ def _chain_tables(case):
         if not isinstance(t, UnitTable):
             t.vals = {c: src_vals[c] for c, d in t.cols if c in src_vals}
         t.nodrop = getattr(case, "side_fk", False) and t.name == case.src
-        # (a unique index NULLS NOT DISTINCT: a conflict check moves the
-        # whole input)
-        t.nnd = isinstance(t, UnitTable) and "NULLS NOT DISTINCT" in case.script
         t.fixed_id = bool(getattr(case, "fk_action", None)) or t.nodrop
     return out
 
