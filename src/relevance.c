@@ -669,12 +669,13 @@ contain_multiexpr(Node *node)
 }
 
 /*
- * Does the UPDATE at level write a column that index idx reads: a key
- * column, or one its expressions or its predicate use?  If not, no updated
- * row gets a new entry in it, so none can conflict.
+ * Does an UPDATE's target list (tlist: an UPDATE's, or an upsert's DO
+ * UPDATE SET) write a column that index idx reads: a key column, or one
+ * its expressions or its predicate use?  If not, no updated row gets a new
+ * entry in it, so none can conflict.
  */
 static bool
-writes_index_columns(Query *level, Relation idx)
+writes_index_columns(List *tlist, Relation idx)
 {
 	Bitmapset  *cols = NULL;
 	Form_pg_index ind = idx->rd_index;
@@ -688,7 +689,7 @@ writes_index_columns(Query *level, Relation idx)
 	/* a whole-row Var (0) in an expression reads every column */
 	if (bms_is_member(InvalidAttrNumber - FirstLowInvalidHeapAttributeNumber, cols))
 		return true;
-	foreach(lc, level->targetList)
+	foreach(lc, tlist)
 	{
 		TargetEntry *tle = lfirst(lc);
 
@@ -720,8 +721,19 @@ index_conflict(Query *level, int r, Relation rel, Relation idx, int mrti, bool *
 
 	if (!ind->indisunique && !ind->indisexclusion)
 		return NIL;
-	if (!is_insert && !writes_index_columns(level, idx))
+	if (!is_insert && !writes_index_columns(level->targetList, idx))
 		return NIL;
+	/*
+	 * An upsert's DO UPDATE SET that writes a column the index reads gives
+	 * the row that met the conflict a key that may depend on it (EXCLUDED,
+	 * or the row's own columns): not computable beforehand.
+	 */
+	if (is_insert && level->onConflict && level->onConflict->action == ONCONFLICT_UPDATE &&
+		writes_index_columns(level->onConflict->onConflictSet, idx))
+	{
+		*unknown = true;
+		return NIL;
+	}
 	if (ind->indisexclusion ||
 		!heap_attisnull(idx->rd_indextuple, Anum_pg_index_indexprs, NULL))
 	{

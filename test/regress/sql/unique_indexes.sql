@@ -2,10 +2,11 @@
 -- unique_indexes: the conflicts a write can meet in a new table's unique
 -- indexes other than a plain key (src/relevance.c, key_relevance): a
 -- partial index, NULLS NOT DISTINCT, an expression, an exclusion
--- constraint.  A statement that could add an entry to such an index first
--- migrates the rows that could conflict with it (all of them where the key
--- cannot be computed beforehand: expressions, exclusion); one that writes
--- none of the columns the index reads migrates nothing for it.  Every
+-- constraint, an upsert's DO UPDATE.  A statement that could add an entry
+-- to such an index first migrates the rows that could conflict with it
+-- (all of them where the key cannot be computed beforehand: expressions,
+-- exclusion, DO UPDATE SET); one that writes none of the columns the index
+-- reads migrates nothing for it.  Every
 -- statement runs on the eager copy (ux_eager) and on the lazy side
 -- (ux_lazy); the outcomes, then the final tables, must be the same.
 --
@@ -66,6 +67,12 @@ SELECT * FROM public.ux_both('INSERT INTO nn (id, v) VALUES (100, 0)');
 SELECT * FROM public.ux_both('UPDATE nn SET n = NULL WHERE id = 7');
 SELECT * FROM public.ux_both('UPDATE nn SET n = 9 WHERE id = 8');
 SELECT * FROM public.ux_both('INSERT INTO nn VALUES (101, 500, 0)');
+-- An upsert whose DO UPDATE SET writes a unique column gives the row it
+-- met a key that may depend on that row: every row is needed (before, it
+-- succeeded where eager fails); one that writes other columns needs only
+-- the rows its own keys meet.
+SELECT * FROM public.ux_both('INSERT INTO nn VALUES (9, 0, 0) ON CONFLICT (id) DO UPDATE SET v = EXCLUDED.v + 1');
+SELECT * FROM public.ux_both('INSERT INTO nn VALUES (9, 0, 0) ON CONFLICT (id) DO UPDATE SET n = 10');
 -- Expression index: a key computed by an expression cannot be looked up
 -- beforehand, so a write of code migrates every row; other writes do not.
 SELECT * FROM public.ux_both('UPDATE ex SET v = 0 WHERE id = 12');
