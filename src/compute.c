@@ -216,6 +216,16 @@ mapping_branch(LfMapping *m, LfMigration *mig, RangeTblEntry *orig, int rti,
 	int			attno;
 	bool		in_place = list_member_oid(mig->in_place, m->input);
 
+	foreach(lc, conjuncts)
+	{
+		Node	   *c = copyObject(lfirst(lc));
+
+		ChangeVarNodes(c, rti, 1, 0);
+		mine = lappend(mine, c);
+	}
+	/* a group the statement pins: skip its rows if it is migrated (live.c) */
+	if ((gate_done = lf_live_pinned_gate(m, mine, 1)) != NULL)
+		lf_live_pin(from->subquery, m, gate_done);
 	from->alias = NULL;
 	from->securityQuals = NIL;
 	from->security_barrier = lf_mapping_filters(m);	/* relevance.c */
@@ -256,20 +266,14 @@ mapping_branch(LfMapping *m, LfMigration *mig, RangeTblEntry *orig, int rti,
 									InvalidOid, InvalidOid, COERCE_EXPLICIT_CALL));
 	quals = list_concat(quals, copyObject(checks));
 	branch = simple_select(from, tlist, NULL);
-	foreach(lc, conjuncts)
+	foreach(lc, mine)
 	{
 		Node	   *c = copyObject(lfirst(lc));
-		Node	   *raw;
+		Node	   *raw = lf_raw_quals(branch, c);
 
-		ChangeVarNodes(c, rti, 1, 0);
-		mine = lappend(mine, c);
-		raw = lf_raw_quals(branch, c);
 		if (!equal(raw, c))
 			quals = lappend(quals, raw);
 	}
-	/* a group the statement pins: skip its rows if it is migrated (live.c) */
-	if ((gate_done = lf_live_pinned_gate(m, mine, 1)) != NULL)
-		lf_live_pin(from->subquery, m, gate_done);
 	branch->jointree->quals = (Node *) make_ands_explicit(quals);
 	return branch;
 }
