@@ -268,7 +268,7 @@ mapping_branch(LfMapping *m, LfMigration *mig, RangeTblEntry *orig, int rti,
 	branch = simple_select(from, tlist, NULL);
 	foreach(lc, mine)
 	{
-		Node	   *c = copyObject(lfirst(lc));
+		Node	   *c = lfirst(lc);
 		Node	   *raw = lf_raw_quals(branch, c);
 
 		if (!equal(raw, c))

@@ -277,7 +277,6 @@ extern Oid	lf_live_trigger_table(Oid keys);
 extern Query *lf_live_unmigrated_query(LfMapping *m);
 extern Node *lf_live_pinned_gate(LfMapping *m, List *conds, int varno);
 extern void lf_live_pin(Query *sub, LfMapping *m, Node *gate);
-extern List *lf_own_conjuncts(Query *q, int rti);
 typedef struct LfDoneKeys LfDoneKeys;
 extern LfDoneKeys *lf_done_keys_open(LfMapping *m);
 extern void lf_done_keys_close(LfDoneKeys *d);
@@ -333,6 +332,7 @@ extern RangeTblEntry *lf_map_rte(LfMapping *m, RangeTblEntry *orig);
 extern bool lf_mapping_filters(LfMapping *m);
 extern Node *lf_raw_quals(Query *q, Node *quals);
 extern bool lf_has_outer_refs(Node *node);
+extern List *lf_own_conjuncts(Query *q, int rti);
 extern PlannedStmt *lf_pull_plan(LfMapping *m, Node *quals, List **upstream);
 
 /* estimate.c */

@@ -412,8 +412,8 @@ lf_live_pinned_gate(LfMapping *m, List *conds, int varno)
 {
 	Expr	   *rhs[INDEX_MAX_KEYS];
 
-	if (!OidIsValid(m->done_keys) || m->query->groupClause == NIL)
-		return NULL;
+	if (m->unmigrated == NULL)
+		return NULL;			/* not tracked in place: no anti-join to replace */
 	for (int k = 0; k < m->nkeys; k++)
 	{
 		AttrNumber	target_att = 0;

@@ -250,7 +250,7 @@ replace_with_map(Query *q, int rti, LfMapping *m)
 	RangeTblEntry *orig = rt_fetch(rti, q->rtable);
 	RangeTblEntry *perm = copyObject(orig);
 	RangeTblEntry *map = make_map_rte(m, orig);
-	Node	   *gate = lf_live_pinned_gate(m, lf_own_conjuncts(q, rti), rti);
+	Node	   *gate = m->unmigrated ? lf_live_pinned_gate(m, lf_own_conjuncts(q, rti), rti) : NULL;
 
 	perm->inFromCl = false;
 	perm->securityQuals = NIL;
@@ -700,6 +700,17 @@ writes_index_columns(List *tlist, Relation idx)
 	return false;
 }
 
+static Expr *
+is_null(Expr *arg)
+{
+	NullTest   *nt = makeNode(NullTest);
+
+	nt->arg = arg;
+	nt->nulltesttype = IS_NULL;
+	nt->location = -1;
+	return (Expr *) nt;
+}
+
 /*
  * The conflict condition of one unique index of the result relation r:
  * the AND of "mapping key column = key written" (mapping at range table
@@ -777,19 +788,9 @@ index_conflict(Query *level, int r, Relation rel, Relation idx, int mrti, bool *
 		clause = make_opclause(opno, BOOLOID, false, col, e, InvalidOid, idx->rd_indcollation[k]);
 		set_opfuncid((OpExpr *) clause);
 		if (ind->indnullsnotdistinct)
-		{
-			NullTest   *col_null = makeNode(NullTest);
-			NullTest   *e_null = makeNode(NullTest);
-
-			col_null->arg = (Expr *) copyObject(col);
-			col_null->nulltesttype = IS_NULL;
-			col_null->location = -1;
-			e_null->arg = (Expr *) copyObject(e);
-			e_null->nulltesttype = IS_NULL;
-			e_null->location = -1;
 			clause = make_orclause(list_make2(clause,
-											  make_andclause(list_make2(col_null, e_null))));
-		}
+											  make_andclause(list_make2(is_null(copyObject(col)),
+																		is_null(copyObject(e))))));
 		conj = lappend(conj, clause);
 	}
 	return conj;
