@@ -23,12 +23,12 @@ PG_CFLAGS   = -Wall -Wextra -Wno-unused-parameter -Wno-sign-compare \
 TEMP_CONFIG     = --temp-config=$(srcdir)/test/leapfrog.conf
 REGRESS         = create_extension replace_type split ctas filtered reads writes unique_indexes plans \
                   fkey fkey_actions migrations_view explain errors search_path privileges \
-                  row_errors alter_table aggregate join live live_in_place compute plan estimates
+                  row_errors alter_table aggregate join live live_in_place live_shared compute plan estimates
 REGRESS_OPTS    = --inputdir=$(srcdir)/test/regress --outputdir=test/regress \
                   --temp-instance=test/regress/tmp_check $(TEMP_CONFIG)
 ISOLATION       = same_row abort rc_update rr_serialization insert_conflict start_lock \
                   background rr_completion rr_before_start fkey_snapshot rc_completion \
-                  rr_worker fkey_incoming rr_replace group_claim live_input live_fence live_old_snapshot compute_reads \
+                  rr_worker fkey_incoming rr_replace group_claim live_input live_fence live_old_snapshot compute_reads live_shared \
                   failed_rows rr_chain
 ISOLATION_OPTS  = --inputdir=$(srcdir)/test/isolation --outputdir=test/isolation/output_iso \
                   --temp-instance=test/isolation/tmp_check_iso $(TEMP_CONFIG)

@@ -43,9 +43,10 @@ CREATE TABLE leapfrog.input (
     -- eagerly, a snapshot older than start() still sees its rows in it
     -- (docs/design.md, "Snapshots older than the switch or the completion").
     in_place     boolean NOT NULL DEFAULT false,
-    -- An input the script keeps, read by one GROUP BY mapping, tracked in
-    -- place: relid is the live table itself, and this table holds the keys
-    -- of the groups migrated (docs/design.md, "Inputs that stay live").
+    -- An input the script keeps, read by GROUP BY mappings only, tracked
+    -- in place: relid is the live table itself, and this table holds the
+    -- keys of the groups migrated of the first mapping that reads it (each
+    -- has one: mapping.done_keys; docs/design.md, "Inputs that stay live").
     live_keys    oid
 );
 
@@ -59,7 +60,11 @@ CREATE TABLE leapfrog.mapping (
     migration_id int NOT NULL REFERENCES leapfrog.migration ON DELETE CASCADE,
     input_relid  oid NOT NULL REFERENCES leapfrog.input ON DELETE CASCADE,
     target_relid oid NOT NULL,
-    query        text NOT NULL
+    query        text NOT NULL,
+    -- A GROUP BY mapping of a live input tracked in place: its table of
+    -- the keys of the groups migrated (added after the first release of
+    -- 0.1: an older catalog has only input.live_keys, one mapping's).
+    done_keys    oid
 );
 CREATE INDEX ON leapfrog.mapping (target_relid);
 

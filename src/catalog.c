@@ -74,6 +74,7 @@ List	   *lf_recent_done = NIL;
 #define Anum_mapping_input_relid	3
 #define Anum_mapping_target_relid	4
 #define Anum_mapping_query			5
+#define Anum_mapping_done_keys		6
 
 static MemoryContext lf_cache_cxt = NULL;
 static Oid	lf_catalog_oid = InvalidOid;
@@ -274,7 +275,7 @@ load_input(HeapTuple tup, TupleDesc desc)
 		if (!isnull)
 		{
 			m->live = lappend_oid(m->live, relid);
-			m->live_keys = lappend_oid(m->live_keys, DatumGetObjectId(keys));
+			m->live_first_keys = lappend_oid(m->live_first_keys, DatumGetObjectId(keys));
 		}
 	}
 }
@@ -350,6 +351,31 @@ parsed_mapping_query(HeapTuple tup, TupleDesc desc, int32 id)
 	return copyObject(pm->query);
 }
 
+/*
+ * The table of done keys of mapping map of m, a GROUP BY mapping of a live
+ * input tracked in place, or InvalidOid.
+ */
+static Oid
+mapping_done_keys(HeapTuple tup, TupleDesc desc, LfMigration *m, LfMapping *map)
+{
+	bool		isnull;
+	Datum		keys;
+	ListCell   *li,
+			   *lk;
+
+	if (desc->natts >= Anum_mapping_done_keys)
+	{
+		keys = heap_getattr(tup, Anum_mapping_done_keys, desc, &isnull);
+		return isnull ? InvalidOid : DatumGetObjectId(keys);
+	}
+	/* a catalog older than mapping.done_keys: one GROUP BY mapping per input */
+	if (map->kind == LF_MAP_GROUPS)
+		forboth(li, m->live, lk, m->live_first_keys)
+			if (lfirst_oid(li) == map->inputs[0])
+				return lfirst_oid(lk);
+	return InvalidOid;
+}
+
 static void
 load_mapping(HeapTuple tup, TupleDesc desc)
 {
@@ -376,20 +402,14 @@ load_mapping(HeapTuple tup, TupleDesc desc)
 	lf_set_owner_walker((Node *) map->query, &m->owner);
 	map->natts = lf_mapping_natts(map->query);
 	(void) lf_describe_units(map);
-	if (map->kind == LF_MAP_GROUPS)
+	map->done_keys = mapping_done_keys(tup, desc, m, map);
+	if (OidIsValid(map->done_keys))
 	{
-		ListCell   *li,
-				   *lk;
-
-		forboth(li, m->live, lk, m->live_keys)
-			if (lfirst_oid(li) == map->inputs[0])
-			{
-				map->done_keys = lfirst_oid(lk);
-				/* both are there unless dropped behind the DDL guard's back */
-				if (SearchSysCacheExists1(RELOID, ObjectIdGetDatum(map->inputs[0])) &&
-					SearchSysCacheExists1(RELOID, ObjectIdGetDatum(map->done_keys)))
-					map->unmigrated = lf_live_unmigrated_query(map);
-			}
+		m->live_keys = lappend_oid(m->live_keys, map->done_keys);
+		/* both are there unless dropped behind the DDL guard's back */
+		if (SearchSysCacheExists1(RELOID, ObjectIdGetDatum(map->inputs[0])) &&
+			SearchSysCacheExists1(RELOID, ObjectIdGetDatum(map->done_keys)))
+			map->unmigrated = lf_live_unmigrated_query(map);
 	}
 	m->mappings = lappend(m->mappings, map);
 }
@@ -709,15 +729,32 @@ lf_catalog_add_input(int migration_id, Oid relid, const char *orig_name, bool in
 }
 
 void
-lf_catalog_add_mapping(int migration_id, Oid input, Oid target, const char *query)
+lf_catalog_add_mapping(int migration_id, Oid input, Oid target, const char *query,
+					   Oid done_keys)
 {
-	Oid			types[4] = {INT4OID, OIDOID, OIDOID, TEXTOID};
-	Datum		values[4] = {Int32GetDatum(migration_id), ObjectIdGetDatum(input),
-	ObjectIdGetDatum(target), CStringGetTextDatum(query)};
+	Oid			types[5] = {INT4OID, OIDOID, OIDOID, TEXTOID, OIDOID};
+	Datum		values[5] = {Int32GetDatum(migration_id), ObjectIdGetDatum(input),
+		ObjectIdGetDatum(target), CStringGetTextDatum(query), ObjectIdGetDatum(done_keys)};
 
 	spi_connect();
-	catalog_sql("INSERT INTO leapfrog.mapping (migration_id, input_relid, target_relid, query) "
-				"VALUES ($1, $2, $3, $4)", 4, types, values, false, SPI_OK_INSERT);
+	if (get_attnum(lf_catalog_table("mapping"), "done_keys") == InvalidAttrNumber)
+	{
+		/* a catalog older than mapping.done_keys: input.live_keys only */
+		catalog_sql("SELECT FROM leapfrog.input WHERE relid OPERATOR(pg_catalog.=) $2 "
+					"AND live_keys IS DISTINCT FROM NULLIF($5, '0'::pg_catalog.oid)",
+					5, types, values, true, SPI_OK_SELECT);
+		if (OidIsValid(done_keys) && SPI_processed > 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+					 errmsg("the extension's catalog predates several GROUP BY mappings of one live table"),
+					 errhint("Recreate the extension when no migration runs: DROP EXTENSION leapfrog; CREATE EXTENSION leapfrog;")));
+		catalog_sql("INSERT INTO leapfrog.mapping (migration_id, input_relid, target_relid, query) "
+					"VALUES ($1, $2, $3, $4)", 4, types, values, false, SPI_OK_INSERT);
+	}
+	else
+		catalog_sql("INSERT INTO leapfrog.mapping (migration_id, input_relid, target_relid, query, done_keys) "
+					"VALUES ($1, $2, $3, $4, NULLIF($5, '0'::pg_catalog.oid))", 5, types, values, false,
+					SPI_OK_INSERT);
 	SPI_finish();
 }
 
@@ -872,7 +909,19 @@ lf_catalog_done_inputs(MemoryContext cxt)
 	uint64		i;
 
 	spi_connect();
-	catalog_sql("SELECT t.relid FROM leapfrog.input i JOIN leapfrog.migration m "
+	catalog_sql(get_attnum(lf_catalog_table("mapping"), "done_keys") != InvalidAttrNumber ?
+				"SELECT t.relid FROM leapfrog.migration m, "
+				"LATERAL (SELECT i.relid FROM leapfrog.input i "
+				"WHERE i.migration_id OPERATOR(pg_catalog.=) m.id "
+				"UNION ALL SELECT p.done_keys FROM leapfrog.mapping p "
+				"WHERE p.migration_id OPERATOR(pg_catalog.=) m.id) t(relid) "
+				"WHERE m.state OPERATOR(pg_catalog.=) 'done' "
+				"AND EXISTS (SELECT 1 FROM pg_catalog.pg_class c "
+				"JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace "
+				"WHERE c.oid OPERATOR(pg_catalog.=) t.relid "
+				"AND n.nspname OPERATOR(pg_catalog.=) 'leapfrog_retired')" :
+	/* a catalog older than mapping.done_keys */
+				"SELECT t.relid FROM leapfrog.input i JOIN leapfrog.migration m "
 				"ON m.id OPERATOR(pg_catalog.=) i.migration_id, "
 				"LATERAL (VALUES (i.relid), (i.live_keys)) t(relid) "
 				"WHERE m.state OPERATOR(pg_catalog.=) 'done' "

@@ -67,18 +67,30 @@ input_rows(Oid input, Snapshot snap, ItemPointerData *tids, uint64 max)
 
 /*
  * Unmigrated rows of input that snap sees, as input_rows: a retired
- * table's rows, or a live input's rows whose group is not migrated (live.c).
+ * table's rows, or a live input's rows whose group is not migrated, per
+ * GROUP BY mapping that reads it (live.c; a row counts once per mapping
+ * that has not migrated its group).
  */
 static uint64
 unmigrated_rows(LfMigration *mig, Oid input, Snapshot snap, ItemPointerData *tids, uint64 max)
 {
-	LfMapping  *m = lf_unit_mapping(mig, input);
+	uint64		n = 0;
+	ListCell   *lc;
 
-	/* the table of done keys goes at completion, and the live input stays */
-	if (m && OidIsValid(m->done_keys))
-		return lf_lock_input_if_exists(m->done_keys, AccessShareLock) ?
-			lf_live_rows_left(m, snap, tids, max) : 0;
-	return input_rows(input, snap, tids, max);
+	if (!list_member_oid(mig->live, input))
+		return input_rows(input, snap, tids, max);
+	foreach(lc, mig->mappings)
+	{
+		LfMapping  *m = lfirst(lc);
+
+		if (tids && n >= max)
+			break;
+		/* the tables of done keys go at completion, and the live input stays */
+		if (OidIsValid(m->done_keys) && m->inputs[0] == input &&
+			lf_lock_input_if_exists(m->done_keys, AccessShareLock))
+			n += lf_live_rows_left(m, snap, tids ? tids + n : NULL, tids ? max - n : 0);
+	}
+	return n;
 }
 
 /* Unmigrated rows of mig that snap sees (an input dropped meanwhile: none). */
@@ -343,7 +355,7 @@ lf_complete_now(LfMigration *mig)
 			UnregisterSnapshot(snap);
 			if (n == 0)
 				break;
-			(void) lf_migrate_rows(mig, input, tids, (int) n);
+			(void) lf_migrate_rows(mig, input, NULL, tids, (int) n);
 		}
 	}
 	lf_cache_load();

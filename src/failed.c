@@ -39,6 +39,7 @@
 #include "executor/spi.h"
 #include "executor/tuptable.h"
 #include "fmgr.h"
+#include "lib/qunique.h"
 #include "miscadmin.h"
 #include "nodes/makefuncs.h"
 #include "storage/bufmgr.h"
@@ -379,30 +380,97 @@ leapfrog_correct_row(PG_FUNCTION_ARGS)
 }
 
 /*
+ * Whether the group of row tid in live mapping m migrates now, in a
+ * subtransaction of its own, kept if it does; false if it fails.  A lock or
+ * serialization conflict, or a cancel, says nothing of the rows: thrown.
+ */
+static bool
+group_migrates(LfMigration *mig, LfMapping *m, ItemPointer tid)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	ResourceOwner owner = CurrentResourceOwner;
+	volatile bool ok = true;
+
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(cxt);
+	PG_TRY();
+	{
+		(void) lf_migrate_rows(mig, m->inputs[0], m, tid, 1);
+		ReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(cxt);
+		CurrentResourceOwner = owner;
+	}
+	PG_CATCH();
+	{
+		ErrorData  *e = lf_abort_with_error(cxt, true, owner);
+
+		if (e->sqlerrcode == ERRCODE_T_R_SERIALIZATION_FAILURE ||
+			e->sqlerrcode == ERRCODE_T_R_DEADLOCK_DETECTED ||
+			e->sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE ||
+			e->sqlerrcode == ERRCODE_QUERY_CANCELED)
+			ReThrowError(e);
+		FreeErrorData(e);
+		ok = false;
+	}
+	PG_END_TRY();
+	return ok;
+}
+
+/*
  * Set aside the group of row tid of input, a live input tracked in place
- * (live.c), into quarantine table qrel: its key goes into the table of done
- * keys, so that the new table never gets the group and writes of its rows
- * go through, and a copy of its rows, as they were at start() (nobody had
- * claimed it), into qrel; the rows themselves stay, the application's.
- * Its rows leave leapfrog.failed_row.  Returns how many rows were copied:
- * 0 if the row is gone or its group migrated meanwhile.
+ * (live.c), into quarantine table qrel: its key goes into the mapping's
+ * table of done keys, so that the new table never gets the group and
+ * writes of its rows go through, and a copy of its rows, as they were at
+ * start() (nobody had claimed it), into qrel; the rows themselves stay, the
+ * application's.  Its rows leave leapfrog.failed_row.  Of a table read by
+ * several GROUP BY mappings, the row's group in each is tried first
+ * (group_migrates): only those that fail are set aside, their rows copied
+ * once (a row failing in one mapping must not take its groups in the
+ * others, which hold other rows, along).  Returns how many rows were
+ * copied: 0 if the row is gone or its groups migrated meanwhile.
  */
 static uint64
 quarantine_group(LfMigration *mig, Oid input, ItemPointer tid, Oid qrel, Datum sqlstate,
 				 Datum error)
 {
-	LfMapping  *m = lf_unit_mapping(mig, input);
 	Relation	rel;
 	TupleTableSlot *slot;
 	Snapshot	snap;
-	Datum		key[INDEX_MAX_KEYS];
-	LfUnit	   *u = NULL;
+	ItemPointerData *rows = NULL;
+	int			nrows = 0;
 	Datum	   *elems;
 	Oid			types[3] = {TIDARRAYOID, TEXTOID, TEXTOID};
 	Datum		values[3];
+	ListCell   *lc;
+	List	   *failing = NIL;	/* ids of the mappings to set the group aside in */
+	int			mig_id = mig->id;
 
-	if (m == NULL || !lf_lock_input_if_exists(m->done_keys, RowExclusiveLock))
-		return 0;
+	foreach(lc, mig->mappings)
+	{
+		LfMapping  *m = lfirst(lc);
+
+		if (OidIsValid(m->done_keys) && m->inputs[0] == input)
+			failing = lappend_int(failing, m->id);
+	}
+	if (list_length(failing) > 1)
+	{
+		List	   *tried = failing;
+
+		failing = NIL;
+		foreach(lc, mig->mappings)
+		{
+			LfMapping  *m = lfirst(lc);
+
+			if (list_member_int(tried, m->id) && !group_migrates(mig, m, tid))
+				failing = lappend_int(failing, m->id);
+		}
+		/* a subtransaction's end may have reloaded the cache */
+		if (!lf_cache_valid)
+			lf_cache_load();
+		if ((mig = lf_migration_by_id(mig_id)) == NULL)
+			return 0;
+	}
+
 	CommandCounterIncrement();
 	snap = RegisterSnapshot(GetTransactionSnapshot());
 	rel = table_open(input, RowExclusiveLock);
@@ -411,32 +479,49 @@ quarantine_group(LfMigration *mig, Oid input, ItemPointer tid, Oid qrel, Datum s
 		ItemPointerGetBlockNumber(tid) < RelationGetNumberOfBlocks(rel) &&
 		table_tuple_fetch_row_version(rel, tid, snap, slot))
 	{
-		LfDoneKeys *d;
-		LfLiveClaim c;
+		foreach(lc, mig->mappings)
+		{
+			LfMapping  *m = lfirst(lc);
+			Datum		key[INDEX_MAX_KEYS];
+			LfDoneKeys *d;
+			LfUnit	   *u;
 
-		/* the key's values stay in the slot's pinned tuple until it is dropped */
-		lf_live_tuple_key(m, ExecFetchSlotHeapTuple(slot, false, NULL), RelationGetDescr(rel), key);
-		d = lf_done_keys_open(m);
-		c = lf_live_claim(d, m, key, snap, false);
-		lf_done_keys_close(d);
-		if (c == LF_CLAIMED)
-			u = linitial(lf_units_by_keys(m, list_make1(key), snap));
+			if (!list_member_int(failing, m->id) ||
+				!lf_lock_input_if_exists(m->done_keys, RowExclusiveLock))
+				continue;
+			/* the key's values stay in the slot's pinned tuple until it is dropped */
+			lf_live_tuple_key(m, ExecFetchSlotHeapTuple(slot, false, NULL), RelationGetDescr(rel), key);
+			d = lf_done_keys_open(m);
+			if (lf_live_claim(d, m, key, snap, false) == LF_CLAIMED)
+			{
+				u = linitial(lf_units_by_keys(m, list_make1(key), snap));
+				rows = rows ? repalloc(rows, sizeof(ItemPointerData) * (nrows + u->n[0]))
+					: palloc(sizeof(ItemPointerData) * Max(u->n[0], 1));
+				memcpy(rows + nrows, u->tids[0], sizeof(ItemPointerData) * u->n[0]);
+				nrows += u->n[0];
+			}
+			lf_done_keys_close(d);
+		}
 	}
 	ExecDropSingleTupleTableSlot(slot);
 	table_close(rel, NoLock);
 	UnregisterSnapshot(snap);
-	if (u == NULL || u->n[0] == 0)
+	if (nrows == 0)
 		return 0;
-	elems = palloc(sizeof(Datum) * u->n[0]);
-	for (int j = 0; j < u->n[0]; j++)
+	/* a row in the groups of two mappings is set aside once */
+	qsort(rows, nrows, sizeof(ItemPointerData), (int (*) (const void *, const void *)) ItemPointerCompare);
+	nrows = qunique(rows, nrows, sizeof(ItemPointerData),
+					(int (*) (const void *, const void *)) ItemPointerCompare);
+	elems = palloc(sizeof(Datum) * nrows);
+	for (int j = 0; j < nrows; j++)
 	{
 		char	   *sq;
 		char	   *er;
 
-		elems[j] = ItemPointerGetDatum(&u->tids[0][j]);
-		(void) lf_catalog_forget_failed_row(mig->id, input, &u->tids[0][j], &sq, &er);
+		elems[j] = ItemPointerGetDatum(&rows[j]);
+		(void) lf_catalog_forget_failed_row(mig->id, input, &rows[j], &sq, &er);
 	}
-	values[0] = PointerGetDatum(construct_array(elems, u->n[0], TIDOID, sizeof(ItemPointerData),
+	values[0] = PointerGetDatum(construct_array(elems, nrows, TIDOID, sizeof(ItemPointerData),
 												false, TYPALIGN_SHORT));
 	values[1] = sqlstate;
 	values[2] = error;

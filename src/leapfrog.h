@@ -203,7 +203,8 @@ typedef struct LfMigration
 	List	   *inputs;			/* OIDs of retired tables (lf_active only) */
 	List	   *in_place;		/* those altered in place eagerly (replace.c) */
 	List	   *live;			/* inputs tracked in place (live.c) ... */
-	List	   *live_keys;		/* ... and their tables of migrated keys */
+	List	   *live_first_keys;	/* ... their first mapping's table of done keys */
+	List	   *live_keys;		/* every mapping's table of done keys */
 	List	   *mappings;		/* LfMapping * (lf_active only) */
 	List	   *targets;		/* OIDs of new tables */
 	List	   *fkeys;			/* LfForeignKey * of the targets (lf_active only) */
@@ -234,7 +235,8 @@ extern int	lf_catalog_add_migration(const char *name, Oid owner, const char *scr
 									 const char *on_error);
 extern void lf_catalog_add_input(int migration_id, Oid relid, const char *orig_name,
 								 bool in_place, Oid live_keys);
-extern void lf_catalog_add_mapping(int migration_id, Oid input, Oid target, const char *query);
+extern void lf_catalog_add_mapping(int migration_id, Oid input, Oid target, const char *query,
+								   Oid done_keys);
 extern bool lf_catalog_name_taken(const char *name);
 extern char *lf_catalog_state(const char *name, char **error);
 extern bool lf_catalog_mark_done(int migration_id, int64 pending);
@@ -272,7 +274,7 @@ typedef enum LfLiveClaim
 	LF_DONE						/* migrated, or being migrated by us */
 } LfLiveClaim;
 extern const char *lf_live_unsupported(LfMapping *m);
-extern Oid	lf_live_track(LfMapping *m, int migration_id);
+extern Oid	lf_live_track(LfMapping *m, int migration_id, int nth, Oid *trigger);
 extern Oid	lf_live_trigger_table(Oid keys);
 extern Query *lf_live_unmigrated_query(LfMapping *m);
 extern Node *lf_live_pinned_gate(LfMapping *m, List *conds, int varno);
@@ -366,6 +368,9 @@ typedef enum LfItemField
 	LF_ITEM_DESC,				/* String: EXPLAIN's "Migrates:" line */
 	LF_ITEM_STANDALONE,			/* Integer: reads nothing but its input */
 	LF_ITEM_KIND,				/* Integer: LfItemKind */
+	LF_ITEM_MAPPING,			/* Integer: of a live input read by several
+								 * GROUP BY mappings, the one whose groups the
+								 * rows' step migrates; 0: the input's units */
 	LF_ITEM_NFIELDS
 } LfItemField;
 
@@ -385,6 +390,7 @@ typedef enum LfItemKind
 #define lf_item_desc(item)		strVal(list_nth((item), LF_ITEM_DESC))
 #define lf_item_standalone(item) (intVal(list_nth((item), LF_ITEM_STANDALONE)) != 0)
 #define lf_item_kind(item)		((LfItemKind) intVal(list_nth((item), LF_ITEM_KIND)))
+#define lf_item_mapping(item)	intVal(list_nth((item), LF_ITEM_MAPPING))
 
 /* snapshot.c */
 extern bool lf_xact_visible(LfXact *x, Snapshot snap);
@@ -393,7 +399,8 @@ extern void lf_snapshot_predates(const char *migration, const char *detail) pg_a
 
 /* migrate.c */
 extern void lf_install_executor_hook(void);
-extern uint64 lf_migrate_rows(LfMigration *mig, Oid input, ItemPointer tids, int ntids);
+extern uint64 lf_migrate_rows(LfMigration *mig, Oid input, LfMapping *only, ItemPointer tids,
+							  int ntids);
 /* rows a background step claimed (tids in TopMemoryContext) */
 typedef struct LfClaim
 {

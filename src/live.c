@@ -5,17 +5,19 @@
  *
  * A GROUP BY mapping's input that the script does not drop stays live:
  * the application reads and writes it, and the mapping must read it as it
- * was at start().  When the group key's columns are NOT NULL and no other
- * mapping reads the table (start.c, track_in_place), the table is not
- * replaced: it stays where it is, and the migration keeps
+ * was at start().  When only GROUP BY mappings read the table and their
+ * group keys' columns are NOT NULL (start.c, why_not_in_place), the table
+ * is not replaced: it stays where it is, and the migration keeps
  *
- *	- a table of the keys of the groups migrated ("done keys", D), in
+ *	- per mapping, a table of the keys of its groups migrated ("done
+ *	  keys", D; leapfrog.mapping.done_keys), in
  *	  leapfrog_retired, with a unique index of the key index's operator
  *	  classes: a group is migrated exactly as long as its key is in D, and
  *	  the key commits or aborts with the group's new row;
  *	- a BEFORE INSERT OR UPDATE OR DELETE row trigger on the table, internal
  *	  (pg_dump leaves it out), firing ALWAYS (replicas applying changes too),
- *	  that migrates the group of the old and of the new row first.
+ *	  that migrates the group of the old and of the new row first, in each
+ *	  mapping.
  *
  * So a row written after start() only ever lands in a group already
  * migrated, and an unmigrated group holds exactly its rows at start(): the
@@ -39,6 +41,10 @@
  *	  same lock, inserts first and leaves the group if the unique index
  *	  already holds the key, committed or in progress; it deletes its
  *	  duplicate before it releases the lock.
+ *	- The trigger claims a written row's groups one mapping after the other,
+ *	  in the order of the script, each held to commit: two writers meeting
+ *	  a customer's and a day's group in opposite orders can deadlock
+ *	  (40P01, one rolled back), as writers of two rows each can eagerly.
  *	- Under REPEATABLE READ and SERIALIZABLE a statement that needs a group
  *	  migrated by a transaction its snapshot cannot see fails with 40001, as
  *	  a claim of a retired row does, and so does a write of one of its rows:
@@ -146,12 +152,14 @@ lf_live_unsupported(LfMapping *m)
 
 /*
  * Track input 0 of group mapping m in place for migration migration_id:
- * create its table of done keys, owned by the extension's owner, and the
- * trigger.  Returns the table's OID.  The caller runs inside SPI, in the
- * switch's subtransaction (lock_timeout and retries).
+ * create its table of done keys, owned by the extension's owner, and, for
+ * the table's first mapping (nth 0), the trigger, into *trigger; a later
+ * mapping's table gets the same trigger.  Returns the table's OID.  The
+ * caller runs inside SPI, in the switch's subtransaction (lock_timeout and
+ * retries).
  */
 Oid
-lf_live_track(LfMapping *m, int migration_id)
+lf_live_track(LfMapping *m, int migration_id, int nth, Oid *trigger)
 {
 	Oid			relid = m->inputs[0];
 	Oid			keyidx = lf_unit_index(m, 0);
@@ -224,7 +232,10 @@ lf_live_track(LfMapping *m, int migration_id)
 	}
 	index_close(idx, AccessShareLock);
 
-	snprintf(name, sizeof(name), "m%d_%u_done_keys", migration_id, relid);
+	if (nth == 0)
+		snprintf(name, sizeof(name), "m%d_%u_done_keys", migration_id, relid);
+	else
+		snprintf(name, sizeof(name), "m%d_%u_done_keys_%d", migration_id, relid, nth + 1);
 	initStringInfo(&sql);
 	appendStringInfo(&sql, "CREATE TABLE leapfrog_retired.%s (%s)",
 					 quote_identifier(name), cols.data);
@@ -247,8 +258,16 @@ lf_live_track(LfMapping *m, int migration_id)
 	 * The trigger: internal, so that pg_dump and \d leave it out and users
 	 * cannot drop it; it fires after the table's own BEFORE triggers with
 	 * names sorting before it (lf_live_unsupported refuses the others), and
-	 * goes with the table of done keys.
+	 * goes with the tables of done keys (all are dropped at completion).
 	 */
+	ObjectAddressSet(keysaddr, RelationRelationId, keys);
+	if (nth > 0)
+	{
+		ObjectAddressSet(trig, TriggerRelationId, *trigger);
+		recordDependencyOn(&trig, &keysaddr, DEPENDENCY_AUTO);
+		CommandCounterIncrement();
+		return keys;
+	}
 	stmt = makeNode(CreateTrigStmt);
 	stmt->trigname = "~leapfrog";
 	stmt->relation = NULL;
@@ -259,7 +278,7 @@ lf_live_track(LfMapping *m, int migration_id)
 	trig = CreateTriggerFiringOn(stmt, NULL, relid, InvalidOid, InvalidOid, InvalidOid,
 								 LookupFuncName(stmt->funcname, 0, NULL, false),
 								 InvalidOid, NULL, true, false, TRIGGER_FIRES_ALWAYS);
-	ObjectAddressSet(keysaddr, RelationRelationId, keys);
+	*trigger = trig.objectId;
 	recordDependencyOn(&trig, &keysaddr, DEPENDENCY_AUTO);
 	CommandCounterIncrement();
 	return keys;
@@ -806,23 +825,38 @@ lf_live_range_keys(LfMapping *m, Snapshot snap, BlockNumber lo, BlockNumber hi)
  */
 
 /*
- * The last key the trigger saw migrated, in this backend: consecutive
- * writes mostly touch one group (TPC-C's NewOrder inserts an order's ten
- * lines, Delivery updates them), and each would open the table of done keys
- * and look the key up again.  Valid until the transaction ends, or a
- * subtransaction aborts (a claim may go with it): a key committed stays
- * migrated, and one the transaction's snapshot may use stays usable.  The
- * values live in TopTransactionContext.
+ * The last key the trigger saw migrated, per table of done keys, in this
+ * backend: consecutive writes mostly touch one group (TPC-C's NewOrder
+ * inserts an order's ten lines, Delivery updates them), and each would open
+ * the table of done keys and look the key up again.  Valid until the
+ * transaction ends, or a subtransaction aborts (a claim may go with it): a
+ * key committed stays migrated, and one the transaction's snapshot may use
+ * stays usable.  The values live in TopTransactionContext.  A table read by
+ * more GROUP BY mappings than there are slots shares the last one.
  */
-static Oid	memo_keys = InvalidOid;	/* the table of done keys, or none */
-static Datum memo_key[INDEX_MAX_KEYS];
-static bool memo_byref[INDEX_MAX_KEYS];
-static int	memo_nkeys;
+#define LF_MEMO_SLOTS 4
+
+typedef struct KeyMemo
+{
+	Oid			keys;			/* the table of done keys, or none */
+	int			nkeys;
+	Datum		key[INDEX_MAX_KEYS];
+	bool		byref[INDEX_MAX_KEYS];
+} KeyMemo;
+
+static KeyMemo memo[LF_MEMO_SLOTS];
+
+static void
+memo_forget(void)
+{
+	for (int i = 0; i < LF_MEMO_SLOTS; i++)
+		memo[i].keys = InvalidOid;
+}
 
 static void
 memo_forget_xact(XactEvent event, void *arg)
 {
-	memo_keys = InvalidOid;
+	memo_forget();
 }
 
 static void
@@ -830,19 +864,37 @@ memo_forget_subxact(SubXactEvent event, SubTransactionId mySubid,
 					SubTransactionId parentSubid, void *arg)
 {
 	if (event == SUBXACT_EVENT_ABORT_SUB)
-		memo_keys = InvalidOid;
+		memo_forget();
+}
+
+/* m's slot: its own, else a free one, else the last */
+static KeyMemo *
+memo_slot(LfMapping *m)
+{
+	KeyMemo    *free_slot = NULL;
+
+	for (int i = 0; i < LF_MEMO_SLOTS; i++)
+	{
+		if (memo[i].keys == m->done_keys)
+			return &memo[i];
+		if (free_slot == NULL && !OidIsValid(memo[i].keys))
+			free_slot = &memo[i];
+	}
+	return free_slot ? free_slot : &memo[LF_MEMO_SLOTS - 1];
 }
 
 static bool
 memo_has(LfMapping *m, TupleDesc desc, Datum *key)
 {
-	if (memo_keys != m->done_keys)
+	KeyMemo    *mm = memo_slot(m);
+
+	if (mm->keys != m->done_keys)
 		return false;
 	for (int k = 0; k < m->nkeys; k++)
 	{
 		Form_pg_attribute att = TupleDescAttr(desc, m->keys[0][k] - 1);
 
-		if (!datumIsEqual(memo_key[k], key[k], att->attbyval, att->attlen))
+		if (!datumIsEqual(mm->key[k], key[k], att->attbyval, att->attlen))
 			return false;
 	}
 	return true;
@@ -852,6 +904,7 @@ static void
 memo_remember(LfMapping *m, TupleDesc desc, Datum *key)
 {
 	static bool registered = false;
+	KeyMemo    *mm = memo_slot(m);
 	MemoryContext old;
 
 	if (!registered)
@@ -860,63 +913,36 @@ memo_remember(LfMapping *m, TupleDesc desc, Datum *key)
 		RegisterSubXactCallback(memo_forget_subxact, NULL);
 		registered = true;
 	}
-	if (OidIsValid(memo_keys))
-		for (int k = 0; k < memo_nkeys; k++)
-			if (memo_byref[k])
-				pfree(DatumGetPointer(memo_key[k]));
+	if (OidIsValid(mm->keys))
+		for (int k = 0; k < mm->nkeys; k++)
+			if (mm->byref[k])
+				pfree(DatumGetPointer(mm->key[k]));
 	old = MemoryContextSwitchTo(TopTransactionContext);
 	for (int k = 0; k < m->nkeys; k++)
 	{
 		Form_pg_attribute att = TupleDescAttr(desc, m->keys[0][k] - 1);
 
-		memo_byref[k] = !att->attbyval;
-		memo_key[k] = datumCopy(key[k], att->attbyval, att->attlen);
+		mm->byref[k] = !att->attbyval;
+		mm->key[k] = datumCopy(key[k], att->attbyval, att->attlen);
 	}
 	MemoryContextSwitchTo(old);
-	memo_nkeys = m->nkeys;
-	memo_keys = m->done_keys;
+	mm->nkeys = m->nkeys;
+	mm->keys = m->done_keys;
 }
 
 /*
- * BEFORE INSERT OR UPDATE OR DELETE, FOR EACH ROW, on a live input tracked
- * in place: migrate the group of the old row and of the new row first
- * (lf_migrate_live_key), so that no write reaches a group before the
- * mapping has read it as it was at start().  A snapshot older than start()
- * cannot compute the group as it was at start(): 40001.
+ * The groups of the old and the new row of a write, in mapping m: migrate
+ * them first.
  */
-Datum
-leapfrog_live_input_trigger(PG_FUNCTION_ARGS)
+static void
+migrate_written_groups(LfMigration *mig, LfMapping *m, TriggerData *td, HeapTuple result)
 {
-	TriggerData *td = (TriggerData *) fcinfo->context;
-	Oid			relid;
-	LfMigration *mig;
-	LfMapping  *m;
-	HeapTuple	result;
-	TupleDesc	desc;
+	TupleDesc	desc = RelationGetDescr(td->tg_relation);
 	Datum		oldkey[INDEX_MAX_KEYS];
 	Datum		newkey[INDEX_MAX_KEYS];
-	bool		has_old,
-				has_new;
+	bool		has_old = !TRIGGER_FIRED_BY_INSERT(td->tg_event);
+	bool		has_new = !TRIGGER_FIRED_BY_DELETE(td->tg_event);
 
-	if (!CALLED_AS_TRIGGER(fcinfo) || !TRIGGER_FIRED_BEFORE(td->tg_event) ||
-		!TRIGGER_FIRED_FOR_ROW(td->tg_event))
-		elog(ERROR, "leapfrog.live_input_trigger() is a BEFORE ROW trigger");
-	result = TRIGGER_FIRED_BY_UPDATE(td->tg_event) ? td->tg_newtuple : td->tg_trigtuple;
-	relid = RelationGetRelid(td->tg_relation);
-	if (!lf_cache_valid)
-		lf_cache_load();
-	mig = lf_migration_by_input(relid);
-	if (mig == NULL || (m = lf_unit_mapping(mig, relid)) == NULL || !OidIsValid(m->done_keys))
-		return PointerGetDatum(result);		/* done: the trigger goes soon */
-
-	if (IsolationUsesXactSnapshot() && !lf_xact_visible(&mig->started, GetTransactionSnapshot()))
-		lf_snapshot_predates(mig->name,
-							 "the transaction's snapshot predates its start, and the statement "
-							 "writes a table the migration reads as it was at start().");
-
-	desc = RelationGetDescr(td->tg_relation);
-	has_old = !TRIGGER_FIRED_BY_INSERT(td->tg_event);
-	has_new = !TRIGGER_FIRED_BY_DELETE(td->tg_event);
 	if (has_old)
 		lf_live_tuple_key(m, td->tg_trigtuple, desc, oldkey);
 	if (has_new)
@@ -942,6 +968,48 @@ leapfrog_live_input_trigger(PG_FUNCTION_ARGS)
 	{
 		lf_migrate_live_key(mig, m, newkey);
 		memo_remember(m, desc, newkey);
+	}
+}
+
+/*
+ * BEFORE INSERT OR UPDATE OR DELETE, FOR EACH ROW, on a live input tracked
+ * in place: migrate the group of the old row and of the new row first
+ * (lf_migrate_live_key), so that no write reaches a group before the
+ * mapping has read it as it was at start().  A snapshot older than start()
+ * cannot compute the group as it was at start(): 40001.
+ */
+Datum
+leapfrog_live_input_trigger(PG_FUNCTION_ARGS)
+{
+	TriggerData *td = (TriggerData *) fcinfo->context;
+	Oid			relid;
+	LfMigration *mig;
+	HeapTuple	result;
+	ListCell   *lc;
+
+	if (!CALLED_AS_TRIGGER(fcinfo) || !TRIGGER_FIRED_BEFORE(td->tg_event) ||
+		!TRIGGER_FIRED_FOR_ROW(td->tg_event))
+		elog(ERROR, "leapfrog.live_input_trigger() is a BEFORE ROW trigger");
+	result = TRIGGER_FIRED_BY_UPDATE(td->tg_event) ? td->tg_newtuple : td->tg_trigtuple;
+	relid = RelationGetRelid(td->tg_relation);
+	if (!lf_cache_valid)
+		lf_cache_load();
+	mig = lf_migration_by_input(relid);
+	if (mig == NULL || !list_member_oid(mig->live, relid))
+		return PointerGetDatum(result);		/* done: the trigger goes soon */
+
+	if (IsolationUsesXactSnapshot() && !lf_xact_visible(&mig->started, GetTransactionSnapshot()))
+		lf_snapshot_predates(mig->name,
+							 "the transaction's snapshot predates its start, and the statement "
+							 "writes a table the migration reads as it was at start().");
+
+	/* each GROUP BY mapping of the table, in the order of the script */
+	foreach(lc, mig->mappings)
+	{
+		LfMapping  *m = lfirst(lc);
+
+		if (OidIsValid(m->done_keys) && m->inputs[0] == relid)
+			migrate_written_groups(mig, m, td, result);
 	}
 	return PointerGetDatum(result);
 }

@@ -77,6 +77,7 @@ typedef struct TidSet
 {
 	MemoryContext cxt;			/* outlives the executor that fills it */
 	Oid			input;
+	int			mapping_id;		/* the live mapping whose groups (LF_ITEM_MAPPING) */
 	int			n;
 	int			cap;
 	ItemPointerData *tids;
@@ -220,6 +221,7 @@ typedef struct StepKey
 {
 	int			migration_id;
 	Oid			input;
+	int			mapping_id;		/* its group or join mapping, or 0 */
 } StepKey;
 
 /* Plans built here are kept per backend, in hash tables made on first use. */
@@ -509,7 +511,7 @@ unit_step_query(LfMapping *m)
 
 static HTAB *step_plans = NULL;
 
-static StepPlan *build_step_plan(LfMigration *mig, Oid input);
+static StepPlan *build_step_plan(LfMigration *mig, Oid input, LfMapping *um);
 
 /*
  * The step plans of input, with their targets locked: before any row is
@@ -517,9 +519,9 @@ static StepPlan *build_step_plan(LfMigration *mig, Oid input);
  * a target (a session holding a SHARE lock on one, say).
  */
 static StepPlan *
-step_plan(LfMigration *mig, Oid input)
+step_plan(LfMigration *mig, Oid input, LfMapping *um)
 {
-	StepPlan   *sp = build_step_plan(mig, input);
+	StepPlan   *sp = build_step_plan(mig, input, um);
 	ListCell   *lc;
 
 	foreach(lc, sp->inserts)
@@ -528,24 +530,21 @@ step_plan(LfMigration *mig, Oid input)
 }
 
 static StepPlan *
-build_step_plan(LfMigration *mig, Oid input)
+build_step_plan(LfMigration *mig, Oid input, LfMapping *um)
 {
-	StepKey		key = {mig->id, input};
+	StepKey		key = {mig->id, input, um ? um->id : 0};
 	StepPlan   *sp;
 	bool		found;
 	ListCell   *lc;
 	List	   *inserts = NIL;
 	List	   *unfiltered = NIL;
 	MemoryContext old;
-	LfMapping  *um;
 
 	sp = plan_cache_entry(&step_plans, "leapfrog migration steps", sizeof(StepKey),
 						  sizeof(StepPlan), &key, &found);
 	if (found && sp->ready)
 		return sp;
 	sp->ready = false;
-
-	um = lf_unit_mapping(mig, input);
 
 	/*
 	 * INSERT INTO target SELECT <mapping> FROM retired WHERE ... AND ctid =
@@ -964,7 +963,7 @@ key_condition(LfMapping *m, int i, int from, int k, Oid rel_i, Datum *values, bo
 static void migrate_set(TidSet *set);
 static void run_relevance(List *item, Snapshot snap, ParamListInfo params, TidSet *set);
 static int	set_cmp(const ListCell *a, const ListCell *b);
-static TidSet *set_for(List **sets, Oid input);
+static TidSet *set_for(List **sets, List *item);
 
 /*
  * Migrate what the relevance items find, round after round, until a round
@@ -985,7 +984,7 @@ migrate_items(List *items)
 		snap = RegisterSnapshot(GetTransactionSnapshot());
 		foreach(lc, items)
 		{
-			TidSet	   *set = set_for(&sets, lf_item_input(lfirst(lc)));
+			TidSet	   *set = set_for(&sets, lfirst(lc));
 
 			run_relevance(lfirst(lc), snap, NULL, set);
 			any |= set->n > 0;
@@ -1087,7 +1086,7 @@ pull_upstream(LfMigration *mig, LfMapping *m, int from, ItemPointer tids, int nt
 			if (set.n == 0)
 				continue;
 			tidset_sort_unique(&set);
-			(void) lf_migrate_rows(up, um->input, set.tids, set.n);
+			(void) lf_migrate_rows(up, um->input, um, set.tids, set.n);
 		}
 	}
 	CommandCounterIncrement();
@@ -1150,7 +1149,7 @@ migrate_units(LfMigration *mig, LfMapping *m, Oid input, ItemPointer tids, int n
 		return 0;				/* completed meanwhile */
 	if (lf_has_upstream(mig))
 		pull_upstream(mig, m, from, tids, ntids);
-	sp = step_plan(mig, input);
+	sp = step_plan(mig, input, m);
 	snap = step_snapshot();
 	units = lf_units_of(m, from, tids, ntids, snap);
 	for (int i = 0; i < m->ninputs; i++)
@@ -1186,13 +1185,24 @@ migrate_units(LfMigration *mig, LfMapping *m, Oid input, ItemPointer tids, int n
 	return n;
 }
 
-/* A background step's claimed rows, kept in TopMemoryContext (LfClaim). */
+/*
+ * A background step's claimed rows, kept in TopMemoryContext (LfClaim),
+ * added to those it kept already (a live input's mappings claim in turn).
+ */
 static void
 keep_claim(LfClaim *claim, TidSet *rows)
 {
-	claim->tids = MemoryContextAlloc(TopMemoryContext, sizeof(ItemPointerData) * rows->n);
-	memcpy(claim->tids, rows->tids, sizeof(ItemPointerData) * rows->n);
-	claim->n = rows->n;
+	TidSet		all = {TopMemoryContext};
+
+	for (int i = 0; i < claim->n; i++)
+		tidset_add(&all, &claim->tids[i]);
+	for (int i = 0; i < rows->n; i++)
+		tidset_add(&all, &rows->tids[i]);
+	tidset_sort_unique(&all);
+	if (claim->tids)
+		pfree(claim->tids);
+	claim->tids = all.tids;
+	claim->n = all.n;
 }
 
 /* The rows of blocks [lo, hi) of input that snap sees, into set. */
@@ -1232,7 +1242,7 @@ migrate_unit_range(LfMigration *mig, LfMapping *m, Oid input, BlockNumber lo, Bl
 
 	if (!lock_unit_inputs(m))
 		return 0;
-	sp = step_plan(mig, input);
+	sp = step_plan(mig, input, m);
 	snap = step_snapshot();
 	range_rows(input, snap, lo, hi, &seeds);
 
@@ -1304,7 +1314,7 @@ migrate_live_units(LfMigration *mig, LfMapping *m, ItemPointer tids, int ntids,
 
 	if (!lock_unit_inputs(m))
 		return 0;
-	sp = step_plan(mig, m->input);
+	sp = step_plan(mig, m->input, m);
 	snap = step_snapshot();
 	d = lf_done_keys_open(m);
 	foreach(lc, lf_units_of(m, 0, tids, ntids, snap))
@@ -1341,7 +1351,7 @@ migrate_live_range(LfMigration *mig, LfMapping *m, BlockNumber lo, BlockNumber h
 
 	if (!lock_unit_inputs(m))
 		return 0;
-	sp = step_plan(mig, m->input);
+	sp = step_plan(mig, m->input, m);
 	snap = step_snapshot();
 	d = lf_done_keys_open(m);
 	foreach(lc, lf_live_range_keys(m, snap, lo, hi))
@@ -1388,7 +1398,7 @@ lf_migrate_live_key(LfMigration *mig, LfMapping *m, Datum *key)
 		return;					/* migrated */
 	}
 	push_context(&errcb, &mc);
-	sp = step_plan(mig, m->input);
+	sp = step_plan(mig, m->input, m);
 	snap = step_snapshot();
 	c = lf_live_claim(d, m, key, snap, true);
 	lf_done_keys_close(d);
@@ -1417,17 +1427,24 @@ lf_migrate_range(LfMigration *mig, Oid input, BlockNumber lo, BlockNumber hi, Lf
 
 	if (um)
 	{
-		uint64		n;
+		uint64		n = 0;
+		ListCell   *lc;
 
 		push_context(&errcb, &mc);
-		if (OidIsValid(um->done_keys))
-			n = migrate_live_range(mig, um, lo, hi, claim, &mc);
-		else
+		if (!OidIsValid(um->done_keys))
 			n = migrate_unit_range(mig, um, input, lo, hi, claim, &mc);
+		else
+			foreach(lc, mig->mappings)	/* each of its GROUP BY mappings */
+			{
+				LfMapping  *m = lfirst(lc);
+
+				if (OidIsValid(m->done_keys) && m->inputs[0] == input)
+					n += migrate_live_range(mig, m, lo, hi, claim, &mc);
+			}
 		pop_context(&errcb);
 		return n;
 	}
-	sp = step_plan(mig, input);
+	sp = step_plan(mig, input, NULL);
 	rel = table_open(input, RowExclusiveLock);
 	snap = step_snapshot();
 	mc.n = claim_range(rel, snap, lo, hi, &mc.tids, TopMemoryContext);
@@ -1451,10 +1468,13 @@ lf_migrate_range(LfMigration *mig, Oid input, BlockNumber lo, BlockNumber hi, Lf
 /*
  * Migrate the given rows of input (sorted, unique or not) in one step
  * (claim_tids, then copy_claimed).  Rows another transaction migrated
- * meanwhile are skipped.  Returns the rows migrated.
+ * meanwhile are skipped.  Returns the rows migrated.  Of a live input
+ * tracked in place, their groups in mapping `only`, or in each of its
+ * mappings if NULL (`only` is ignored for the other inputs: their rows
+ * migrate for every mapping that reads them at once).
  */
 uint64
-lf_migrate_rows(LfMigration *mig, Oid input, ItemPointer tids, int ntids)
+lf_migrate_rows(LfMigration *mig, Oid input, LfMapping *only, ItemPointer tids, int ntids)
 {
 	MigrateContext mc = {mig, input, tids, ntids};
 	ErrorContextCallback errcb;
@@ -1471,15 +1491,25 @@ lf_migrate_rows(LfMigration *mig, Oid input, ItemPointer tids, int ntids)
 	push_context(&errcb, &mc);
 	if ((um = lf_unit_mapping(mig, input)) != NULL)
 	{
-		if (OidIsValid(um->done_keys))
-			n = (int) migrate_live_units(mig, um, tids, ntids, &mc);
-		else
+		ListCell   *lc;
+
+		n = 0;
+		if (!OidIsValid(um->done_keys))
 			n = (int) migrate_units(mig, um, input, tids, ntids, &mc);
+		else
+			foreach(lc, mig->mappings)	/* each of its GROUP BY mappings */
+			{
+				LfMapping  *m = lfirst(lc);
+
+				if (OidIsValid(m->done_keys) && m->inputs[0] == input &&
+					(only == NULL || only->id == m->id))
+					n += (int) migrate_live_units(mig, m, tids, ntids, &mc);
+			}
 		pop_context(&errcb);
 		return n;
 	}
 
-	sp = step_plan(mig, input);
+	sp = step_plan(mig, input, NULL);
 	rel = table_open(input, RowExclusiveLock);
 	snap = step_snapshot();
 	n = claim_tids(rel, snap, tids, ntids, &claimed);
@@ -1524,13 +1554,18 @@ static void
 migrate_set(TidSet *set)
 {
 	bool		save_read_only = XactReadOnly;
+	LfMigration *mig = lf_migration_by_input(set->input);
+	LfMapping  *only = NULL;
+	ListCell   *lc;
 
+	foreach(lc, mig->mappings)
+		if (set->mapping_id != 0 && ((LfMapping *) lfirst(lc))->id == set->mapping_id)
+			only = lfirst(lc);
 	tidset_sort_unique(set);
 	XactReadOnly = false;
 	PG_TRY();
 	{
-		(void) lf_migrate_rows(lf_migration_by_input(set->input), set->input,
-							   set->tids, set->n);
+		(void) lf_migrate_rows(mig, set->input, only, set->tids, set->n);
 	}
 	PG_FINALLY();
 	{
@@ -1657,19 +1692,23 @@ check_completions(QueryDesc *qd)
 	use_snapshot(qd, RegisterSnapshot(GetTransactionSnapshot()), false, false);
 }
 
-/* The TidSet of input in sets, made if missing. */
+/* The TidSet of item's input (and live mapping) in sets, made if missing. */
 static TidSet *
-set_for(List **sets, Oid input)
+set_for(List **sets, List *item)
 {
+	Oid			input = lf_item_input(item);
+	int			mapping_id = lf_item_mapping(item);
 	TidSet	   *set;
 	ListCell   *ls;
 
 	foreach(ls, *sets)
-		if (((TidSet *) lfirst(ls))->input == input)
+		if (((TidSet *) lfirst(ls))->input == input &&
+			((TidSet *) lfirst(ls))->mapping_id == mapping_id)
 			return lfirst(ls);
 	set = palloc0(sizeof(TidSet));
 	set->cxt = CurrentMemoryContext;
 	set->input = input;
+	set->mapping_id = mapping_id;
 	*sets = lappend(*sets, set);
 	return set;
 }
@@ -1688,7 +1727,7 @@ relevance_round(QueryDesc *qd, List *live, Snapshot snap, bool xact, List **sets
 	foreach(lc, live)
 	{
 		List	   *item = lfirst(lc);
-		TidSet	   *set = set_for(sets, lf_item_input(item));
+		TidSet	   *set = set_for(sets, item);
 
 		if (xact && by_key(item) && latest == NULL)
 			latest = RegisterSnapshot(GetLatestSnapshot());

@@ -58,6 +58,8 @@ typedef struct RelCtx
 	List	   *inputs;			/* input OID per item */
 	List	   *descs;			/* description per item */
 	List	   *kinds;			/* LfItemKind per item */
+	List	   *mappings;		/* per item: the mapping id whose groups its rows
+								 * need, of a live input tracked in place; or 0 */
 	List	   *fkeys;			/* LfForeignKey * whose referencing rows are needed */
 } RelCtx;
 
@@ -305,10 +307,16 @@ unit_desc(Oid input)
 	return m->kind == LF_MAP_GROUPS ? ", whole groups" : ", whole join keys";
 }
 
+/*
+ * Relevance query q, which finds rows of mapping m's input, as an item (an
+ * input tracked in place may be read by several GROUP BY mappings, each
+ * migrating its own groups: the item names m).
+ */
 static void
-add_item(RelCtx *cx, Query *q, Oid input, const char *target, const char *how,
+add_item(RelCtx *cx, Query *q, LfMapping *m, const char *target, const char *how,
 		 LfItemKind kind)
 {
+	Oid			input = m->input;
 	LfMigration *mig;
 	ListCell   *lc;
 
@@ -329,6 +337,7 @@ add_item(RelCtx *cx, Query *q, Oid input, const char *target, const char *how,
 	cx->queries = lappend(cx->queries, q);
 	cx->inputs = lappend_oid(cx->inputs, input);
 	cx->kinds = lappend_int(cx->kinds, kind);
+	cx->mappings = lappend_int(cx->mappings, OidIsValid(m->done_keys) ? m->id : 0);
 	cx->descs = lappend(cx->descs,
 						psprintf("%s from %s (%s%s)", target, lf_relation_name(input), how,
 								 unit_desc(input)));
@@ -391,7 +400,7 @@ whole_table(RelCtx *cx, Oid target, RangeTblEntry *orig, LfItemKind kind)
 	{
 		LfMapping  *m = lfirst(lc);
 
-		add_item(cx, single_table_query(m, orig, NULL), m->input,
+		add_item(cx, single_table_query(m, orig, NULL), m,
 				 get_rel_name(target), "whole table", kind);
 	}
 }
@@ -547,7 +556,7 @@ local_relevance(Query *level, int o, RelCtx *cx, const char *target)
 
 		add_item(cx, single_table_query(m, orig,
 										kept ? (Node *) make_ands_explicit(copyObject(kept)) : NULL),
-				 m->input, target, kept ? "own filter" : "whole table", LF_NEEDS_ROWS);
+				 m, target, kept ? "own filter" : "whole table", LF_NEEDS_ROWS);
 	}
 }
 
@@ -564,7 +573,7 @@ statement_relevance(Query *level, int o, List *occ, RelCtx *cx)
 	ListCell   *lc;
 	bool		ok = true;
 	List	   *built = NIL;
-	List	   *built_inputs = NIL;
+	List	   *built_maps = NIL;
 
 	if (has_outer_or_bad_refs((Node *) level->jointree, o) || level->hasModifyingCTE ||
 		(level->commandType != CMD_SELECT && level->commandType != CMD_UPDATE &&
@@ -635,7 +644,7 @@ statement_relevance(Query *level, int o, List *occ, RelCtx *cx)
 												  counter[k] - 1));
 				}
 				built = lappend(built, q);
-				built_inputs = lappend_oid(built_inputs, m->input);
+				built_maps = lappend(built_maps, m);
 			}
 		}
 	}
@@ -647,8 +656,8 @@ statement_relevance(Query *level, int o, List *occ, RelCtx *cx)
 	{
 		ListCell   *lc2;
 
-		forboth(lc, built, lc2, built_inputs)
-			add_item(cx, lfirst(lc), lfirst_oid(lc2), target, "statement", LF_NEEDS_ROWS);
+		forboth(lc, built, lc2, built_maps)
+			add_item(cx, lfirst(lc), lfirst(lc2), target, "statement", LF_NEEDS_ROWS);
 	}
 }
 
@@ -853,7 +862,7 @@ key_relevance(Query *level, int r, RelCtx *cx)
 			whole_table(cx, orig->relid, orig, LF_NEEDS_KEYS);
 			return;
 		}
-		add_item(cx, q, m->input, get_rel_name(orig->relid), "conflicting keys", LF_NEEDS_KEYS);
+		add_item(cx, q, m, get_rel_name(orig->relid), "conflicting keys", LF_NEEDS_KEYS);
 	}
 }
 
@@ -915,7 +924,7 @@ referencing_rows(Query *level, int r, LfForeignKey *fk, bool whole, RelCtx *cx)
 			rtr->rtindex = 1;
 			q->jointree = makeFromExpr(list_make1(rtr), NULL);
 			make_select(q, ctid_var(1, m));
-			add_item(cx, q, m->input, get_rel_name(fk->child), "whole table", LF_NEEDS_REFERENCING);
+			add_item(cx, q, m, get_rel_name(fk->child), "whole table", LF_NEEDS_REFERENCING);
 			continue;
 		}
 		q = copyObject(level);
@@ -954,7 +963,7 @@ referencing_rows(Query *level, int r, LfForeignKey *fk, bool whole, RelCtx *cx)
 			referencing_rows(level, r, fk, true, cx);
 			return;
 		}
-		add_item(cx, q, m->input, get_rel_name(fk->child), "referencing rows", LF_NEEDS_REFERENCING);
+		add_item(cx, q, m, get_rel_name(fk->child), "referencing rows", LF_NEEDS_REFERENCING);
 	}
 }
 
@@ -1495,9 +1504,10 @@ plan_items(RelCtx *cx, PlannedStmt *stmt, ParamListInfo boundParams)
 	ListCell   *lq,
 			   *li,
 			   *ld,
-			   *lk;
+			   *lk,
+			   *lm;
 
-	forfour(lq, cx->queries, li, cx->inputs, ld, cx->descs, lk, cx->kinds)
+	forfive(lq, cx->queries, li, cx->inputs, ld, cx->descs, lk, cx->kinds, lm, cx->mappings)
 	{
 		Query	   *q = lfirst(lq);
 		PlannedStmt *rs;
@@ -1520,6 +1530,7 @@ plan_items(RelCtx *cx, PlannedStmt *stmt, ParamListInfo boundParams)
 						  makeString(lfirst(ld)));
 		item = lappend(item, makeInteger(alone));
 		item = lappend(item, makeInteger(lfirst_int(lk)));
+		item = lappend(item, makeInteger(lfirst_int(lm)));
 		Assert(list_length(item) == LF_ITEM_NFIELDS);
 		items = lappend(items, item);
 	}
@@ -1628,11 +1639,13 @@ lf_pull_plan(LfMapping *m, Node *quals, List **upstream)
 			cx.inputs = list_make1_oid(m->input);
 			cx.descs = list_make1(pstrdup("pull"));
 			cx.kinds = list_make1_int(LF_NEEDS_ROWS);
+			cx.mappings = list_make1_int(OidIsValid(m->done_keys) ? m->id : 0);
 			nest_upstream(&cx);
 			cx.queries = list_delete_first(cx.queries);
 			cx.inputs = list_delete_first(cx.inputs);
 			cx.descs = list_delete_first(cx.descs);
 			cx.kinds = list_delete_first(cx.kinds);
+			cx.mappings = list_delete_first(cx.mappings);
 			*upstream = plan_items(&cx, NULL, NULL);
 		}
 	}

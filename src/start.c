@@ -78,6 +78,7 @@ typedef struct PendingMapping
 	char	   *query;			/* nodeToString of the mapping Query */
 	RawStmt    *rs;				/* its statement */
 	int			stmt_no;		/* its position in the script, from 1 */
+	Oid			done_keys;		/* its input tracked in place: its keys (live.c) */
 } PendingMapping;
 
 /* Does the mapping read relid? */
@@ -105,7 +106,6 @@ typedef struct StartState
 	List	   *retired;		/* OIDs of retired inputs */
 	List	   *retired_names;	/* their original qualified names */
 	List	   *live;			/* OIDs of live inputs tracked in place ... */
-	List	   *live_keys;		/* ... their tables of done keys (live.c) */
 	List	   *live_names;		/* ... their qualified names */
 	List	   *mappings;		/* PendingMapping */
 	List	   *replacements;	/* LfReplacement (replace.c) */
@@ -644,6 +644,9 @@ reads_a_table(Query *ins)
  * with its unit (units.c): row mappings may share an input with one group
  * or join mapping (their rows then move with its groups or join keys), but
  * two group or join mappings may not share one: their units would differ.
+ * Several GROUP BY mappings of one table alone may share it if it stays live
+ * and is tracked in place (live.c): each then has its own table of done keys
+ * (check_shared_groups, once the script has run).
  */
 static void
 check_shared_inputs(StartState *st, PendingMapping *pm)
@@ -656,8 +659,9 @@ check_shared_inputs(StartState *st, PendingMapping *pm)
 
 		for (int i = 0; i < pm->ninputs; i++)
 			if (pm_reads(other, pm->inputs[i]) &&
-				pm->kind != LF_MAP_ROWS && other->kind != LF_MAP_ROWS)
-				refuse(errmsg("table \"%s\" is read by two GROUP BY or join mappings",
+				pm->kind != LF_MAP_ROWS && other->kind != LF_MAP_ROWS &&
+				!(pm->kind == LF_MAP_GROUPS && other->kind == LF_MAP_GROUPS))
+				refuse(errmsg("table \"%s\" is read by a join mapping and another GROUP BY or join mapping",
 							  get_rel_name(pm->inputs[i])),
 					   errdetail("Leapfrog migrates each input row once, for every mapping that reads it, with the rows of its group or join key."),
 					   errhint("Fill one of the new tables in a later migration."));
@@ -1550,29 +1554,74 @@ is_side_catalog_change(Node *stmt)
 	}
 }
 
-/*
- * Can input relid of pm, which the script keeps, be tracked in place
- * (live.c)?  Only the one GROUP BY mapping of the script reads it, and the
- * script neither replaces it nor reads a table still being filled; live.c
- * checks the table itself (NOT NULL key columns, no rules, no row security,
- * no BEFORE row trigger firing after its own).  Into *m, its description.
- */
-static bool
-trackable_in_place(StartState *st, PendingMapping *pm, Oid relid, LfMapping *m)
+/* Into *m, the description of pending mapping pm (units.c). */
+static void
+describe_pending(PendingMapping *pm, LfMapping *m)
 {
-	ListCell   *lc;
-
-	if (!lf_track_live_inputs || pm->kind != LF_MAP_GROUPS || pm->ninputs != 1 ||
-		replacement_of(st, relid) || lf_is_target(relid))
-		return false;
-	foreach(lc, st->mappings)
-		if (lfirst(lc) != pm && pm_reads(lfirst(lc), relid))
-			return false;
 	m->query = stringToNode(pm->query);
 	m->input = pm->input;
 	m->natts = lf_mapping_natts(m->query);
 	(void) lf_describe_units(m);
-	return lf_live_unsupported(m) == NULL;
+}
+
+/*
+ * Why input relid, which the script keeps, cannot be tracked in place
+ * (live.c), or NULL if it can: every mapping of the script that reads it is
+ * a GROUP BY mapping of it alone, and the script neither replaces it nor
+ * reads a table still being filled; live.c checks the table and each
+ * mapping's key (NOT NULL key columns, no rules, no row security, no
+ * BEFORE row trigger firing after its own).
+ */
+static const char *
+why_not_in_place(StartState *st, Oid relid)
+{
+	ListCell   *lc;
+
+	if (!lf_track_live_inputs)
+		return "leapfrog.track_live_inputs is off";
+	if (replacement_of(st, relid))
+		return "the script alters it";
+	if (lf_is_target(relid))
+		return "a running migration fills it";
+	foreach(lc, st->mappings)
+	{
+		PendingMapping *pm = lfirst(lc);
+		LfMapping	m = {0};
+		const char *why;
+
+		if (!pm_reads(pm, relid))
+			continue;
+		if (pm->kind != LF_MAP_GROUPS || pm->ninputs != 1)
+			return "a mapping that is not a GROUP BY of it alone reads it";
+		describe_pending(pm, &m);
+		if ((why = lf_live_unsupported(&m)) != NULL)
+			return why;
+	}
+	return NULL;
+}
+
+/* How many group or join mappings of the script read relid. */
+static int
+unit_readers(StartState *st, Oid relid)
+{
+	ListCell   *lc;
+	int			n = 0;
+
+	foreach(lc, st->mappings)
+		if (((PendingMapping *) lfirst(lc))->kind != LF_MAP_ROWS && pm_reads(lfirst(lc), relid))
+			n++;
+	return n;
+}
+
+static void
+refuse_shared_groups(const char *name, const char *why)
+{
+	refuse(errmsg("table \"%s\" is read by two GROUP BY mappings and cannot be tracked in place: %s",
+				  name, why),
+		   errdetail("Leapfrog migrates each row of a retired table once, for every mapping that reads it, "
+					 "with the rows of its group; GROUP BY mappings with different groups can share a table "
+					 "only while it stays live and is tracked in place, with a table of done keys each."),
+		   errhint("Keep the table in this migration and drop it in a later one, or fill one of the new tables in a later migration."));
 }
 
 /*
@@ -1580,9 +1629,9 @@ trackable_in_place(StartState *st, PendingMapping *pm, Oid relid, LfMapping *m)
  * application keeps reading and writing it, and the mapping must read it
  * as it was at start().
  *
- * Read by one GROUP BY mapping only, it is tracked in place (live.c): it
- * stays where it is, a trigger migrates a group before a write touches
- * one of its rows, and a table of done keys records the groups migrated.
+ * Read by GROUP BY mappings only, it is tracked in place (live.c): it stays
+ * where it is, a trigger migrates a row's groups before a write touches
+ * it, and a table of done keys per mapping records the groups migrated.
  * Creating the trigger takes ShareRowExclusiveLock with the switch's
  * lock_timeout and retries: writes in flight are fenced, reads go on.
  *
@@ -1610,29 +1659,57 @@ keep_live_inputs(StartState *st)
 		for (int i = 0; i < pm->ninputs; i++)
 		{
 			Oid			relid = pm->inputs[i];
-			LfMapping	m = {0};
+			const char *why;
+			ListCell   *lc2;
+			int			nth = 0;
+			Oid			trigger = InvalidOid;
 
 			if (list_member_oid(st->retired, relid) || list_member_oid(st->live, relid))
 				continue;
-			if (trackable_in_place(st, pm, relid, &m))
+			if ((why = why_not_in_place(st, relid)) != NULL)
 			{
-				char	   *qname = qualified_name(relid);
-
-				lf_refuse_if_migrating(relid, get_rel_name(relid), "alter");
-				if (st->planning)
-					(void) plan_note(st, pm->stmt_no, "track", relid,
-									 "A mapping reads it and the script does not drop it: it stays live, "
-									 "and a write of one of its rows first migrates the row's group");
-				remember_oid(st, &st->live_keys, lf_live_track(&m, st->migration_id));
-				remember_oid(st, &st->live, relid);
-				remember(st, &st->live_names, MemoryContextStrdup(st->cxt, qname));
+				if (unit_readers(st, relid) > 1)
+					refuse_shared_groups(get_rel_name(relid), why);
+				(void) replace_table(st, pm->rs, pm->stmt_no, relid,
+									 "A mapping reads it and the script does not drop it: it stays live, and its rows move into a copy "
+									 "after the mapping has read them as they were at start()");
 				continue;
 			}
-			(void) replace_table(st, pm->rs, pm->stmt_no, relid,
-								 "A mapping reads it and the script does not drop it: it stays live, and its rows move into a copy "
-								 "after the mapping has read them as they were at start()");
+			lf_refuse_if_migrating(relid, get_rel_name(relid), "alter");
+			if (st->planning)
+				(void) plan_note(st, pm->stmt_no, "track", relid,
+								 "A mapping reads it and the script does not drop it: it stays live, "
+								 "and a write of one of its rows first migrates the row's group");
+			foreach(lc2, st->mappings)
+			{
+				PendingMapping *reader = lfirst(lc2);
+				LfMapping	m = {0};
+
+				if (!pm_reads(reader, relid))
+					continue;
+				describe_pending(reader, &m);
+				reader->done_keys = lf_live_track(&m, st->migration_id, nth++, &trigger);
+			}
+			remember_oid(st, &st->live, relid);
+			remember(st, &st->live_names, MemoryContextStrdup(st->cxt, qualified_name(relid)));
 		}
 	}
+}
+
+/*
+ * Two GROUP BY mappings share only a table tracked in place: a retired one
+ * (dropped by the script, or replaced) migrates each row once, with one
+ * mapping's groups.
+ */
+static void
+check_shared_groups(StartState *st)
+{
+	ListCell   *lc,
+			   *lc2;
+
+	forboth(lc, st->retired, lc2, st->retired_names)
+		if (unit_readers(st, lfirst_oid(lc)) > 1)
+			refuse_shared_groups(lfirst(lc2), "the script drops or alters it");
 }
 
 /* Run the script's statements in order: DDL, mappings, retirements. */
@@ -1696,6 +1773,7 @@ run_script(StartState *st)
 		}
 	}
 	keep_live_inputs(st);
+	check_shared_groups(st);
 	st->current = 0;
 	foreach(lc, st->replacements)
 		add_replacement_mapping(st, lfirst(lc));
@@ -1751,19 +1829,30 @@ record_migration(StartState *st)
 	ListCell   *lc,
 			   *lc2;
 
-	ListCell   *lc3;
-
 	forboth(lc, st->retired, lc2, st->retired_names)
 		lf_catalog_add_input(st->migration_id, lfirst_oid(lc), (char *) lfirst(lc2),
 							 altered_in_place(st, lfirst_oid(lc)), InvalidOid);
-	forthree(lc, st->live, lc2, st->live_keys, lc3, st->live_names)
-		lf_catalog_add_input(st->migration_id, lfirst_oid(lc), (char *) lfirst(lc3), false,
-							 lfirst_oid(lc2));
+	forboth(lc, st->live, lc2, st->live_names)
+	{
+		Oid			first_keys = InvalidOid;
+		ListCell   *lc3;
+
+		foreach(lc3, st->mappings)
+		{
+			PendingMapping *pm = lfirst(lc3);
+
+			if (!OidIsValid(first_keys) && pm->input == lfirst_oid(lc))
+				first_keys = pm->done_keys;
+		}
+		lf_catalog_add_input(st->migration_id, lfirst_oid(lc), (char *) lfirst(lc2), false,
+							 first_keys);
+	}
 	foreach(lc, st->mappings)
 	{
 		PendingMapping *pm = lfirst(lc);
 
-		lf_catalog_add_mapping(st->migration_id, pm->input, pm->target, pm->query);
+		lf_catalog_add_mapping(st->migration_id, pm->input, pm->target, pm->query,
+							   pm->done_keys);
 	}
 	if (st->mappings == NIL)
 		lf_catalog_mark_started_done(st->migration_id);
@@ -1776,7 +1865,7 @@ switch_attempt(void *arg)
 	StartState *st = arg;
 
 	st->created = st->retired = st->retired_names = st->mappings = st->replacements = NIL;
-	st->live = st->live_keys = st->live_names = NIL;
+	st->live = st->live_names = NIL;
 	st->notices = st->plan = NIL;
 	st->current = st->ran = 0;
 	if (SPI_connect() != SPI_OK_CONNECT)

@@ -931,7 +931,7 @@ fail_on_bad_row(Batch *b)
 		PG_TRY();
 		{
 			if (mig)
-				(void) lf_migrate_rows(mig, b->input, tid, 1);
+				(void) lf_migrate_rows(mig, b->input, NULL, tid, 1);
 			PopActiveSnapshot();
 			CommitTransactionCommand();
 		}

@@ -338,38 +338,43 @@ def same_writes(eager, lazy, stmts, what):
 def retired_row_counts(conn, migration=None):
     """{input table: its rows left unmigrated} of the connection's database's
     retired tables, or of one migration's inputs: a retired table's rows, or
-    a live input's rows whose group is not in its table of done keys
-    (tracked in place, src/live.c).  Names are schema-qualified."""
+    a live input's rows whose group is not in its table of done keys, summed
+    over the GROUP BY mappings that read it (tracked in place, src/live.c).
+    Names are schema-qualified."""
     if migration is None:
         rels = conn.execute(
-            "SELECT c.oid, NULL::oid FROM pg_class c JOIN pg_namespace n "
+            "SELECT c.oid, false FROM pg_class c JOIN pg_namespace n "
             "ON n.oid = c.relnamespace WHERE n.nspname = 'leapfrog_retired' "
             "AND c.relkind IN ('r', 'p') "
-            "AND c.oid NOT IN (SELECT live_keys FROM leapfrog.input "
-            "                  WHERE live_keys IS NOT NULL) ORDER BY 1").fetchall()
+            "AND c.oid NOT IN (SELECT done_keys FROM leapfrog.mapping "
+            "                  WHERE done_keys IS NOT NULL) ORDER BY 1").fetchall()
     else:
         rels = conn.execute(
-            "SELECT i.relid, i.live_keys FROM leapfrog.input i JOIN leapfrog.migration m "
+            "SELECT i.relid, i.live_keys IS NOT NULL FROM leapfrog.input i JOIN leapfrog.migration m "
             "ON m.id = i.migration_id WHERE m.name = %s ORDER BY 1", [migration]).fetchall()
     counts = {}
-    for relid, keys in rels:
+    for relid, live in rels:
         name = conn.execute(
             "SELECT format('%%I.%%I', n.nspname, c.relname) FROM pg_class c "
             "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = %s",
             [relid]).fetchone()[0]
-        if keys is None:
+        if not live:
             counts[name] = conn.execute("SELECT count(*) FROM %s" % name).fetchone()[0]
             continue
-        keys_name, cols = conn.execute(
-            "SELECT format('%%I.%%I', n.nspname, c.relname), "
-            "       array_agg(quote_ident(a.attname) ORDER BY a.attnum) "
-            "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
-            "JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 "
-            "AND NOT a.attisdropped WHERE c.oid = %s GROUP BY 1", [keys]).fetchone()
-        match = " AND ".join("d.%s = l.%s" % (col, col) for col in cols)
-        counts[name] = conn.execute(
-            "SELECT count(*) FROM %s l WHERE NOT EXISTS (SELECT FROM %s d WHERE %s)"
-            % (name, keys_name, match)).fetchone()[0]
+        counts[name] = 0
+        for (keys,) in conn.execute(
+                "SELECT done_keys FROM leapfrog.mapping WHERE input_relid = %s "
+                "AND done_keys IS NOT NULL ORDER BY id", [relid]).fetchall():
+            keys_name, cols = conn.execute(
+                "SELECT format('%%I.%%I', n.nspname, c.relname), "
+                "       array_agg(quote_ident(a.attname) ORDER BY a.attnum) "
+                "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+                "JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 "
+                "AND NOT a.attisdropped WHERE c.oid = %s GROUP BY 1", [keys]).fetchone()
+            match = " AND ".join("d.%s = l.%s" % (col, col) for col in cols)
+            counts[name] += conn.execute(
+                "SELECT count(*) FROM %s l WHERE NOT EXISTS (SELECT FROM %s d WHERE %s)"
+                % (name, keys_name, match)).fetchone()[0]
     return counts
 
 

@@ -47,8 +47,8 @@ def setup(make_cluster, **gucs):
                      "FROM lines GROUP BY o HAVING sum(amt) > 3")
         conn.execute("ANALYZE")
         conn.execute("SELECT leapfrog.start('live_total', %s)", [SCRIPT])
-        keys = conn.execute("SELECT live_keys::regclass::text FROM leapfrog.input "
-                            "WHERE live_keys IS NOT NULL").fetchall()
+        keys = conn.execute("SELECT done_keys::regclass::text FROM leapfrog.mapping "
+                            "WHERE done_keys IS NOT NULL").fetchall()
         assert len(keys) == 1, "lines is not tracked in place: %r" % keys
     c.keys_table = keys[0][0]
     return c

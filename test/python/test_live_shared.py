@@ -1,0 +1,216 @@
+"""A live table read by two GROUP BY mappings, tracked in place with a table
+of done keys each (src/live.c), under concurrent writers, readers of both
+new tables, the background workers and kill -9.
+
+`orders` stays live; `cust_total` groups it by customer and `day_total` by
+day, so every order is in one group of each, and the two mappings' groups
+cut across each other.  Writer threads update amounts, move orders to
+another customer or day (or both), delete and insert orders (into existing
+and new groups), and read either new table with `leapfrog.read_mode =
+migrate`, which migrates that mapping's group only.  Invariants, checked
+mid-migration (after a worker is killed) and at the end:
+
+- a computing read of each new table (its rows plus the groups whose key is
+  not in its mapping's table of done keys, on one snapshot) equals the
+  eager aggregate of the orders as they were at start(): a group lost,
+  migrated twice, computed from part of its rows or from later writes, or
+  migrated into the wrong mapping shows as a difference;
+- at the end, after complete(), both tables equal the eager aggregates, and
+  the trigger and both tables of done keys are gone.
+"""
+
+import os
+import random
+import signal
+import threading
+import time
+
+import psycopg
+import pytest
+
+from support import MOCK, needs_real_extension, wait_until
+
+N_ORDERS = 20000
+N_CUST = 3000
+N_DAYS = 400
+SCRIPT = """
+  CREATE TABLE cust_total (cust int PRIMARY KEY, n bigint NOT NULL, amt bigint NOT NULL);
+  INSERT INTO cust_total SELECT cust, count(*), sum(amt) FROM orders GROUP BY cust;
+  CREATE TABLE day_total (day int PRIMARY KEY, n bigint NOT NULL, amt bigint NOT NULL,
+                          top int NOT NULL);
+  INSERT INTO day_total SELECT day, count(*), sum(amt), max(amt) FROM orders
+   WHERE amt % 10 <> 3 GROUP BY day HAVING count(*) > 2;
+"""
+EAGER = {
+    "cust_total": "SELECT cust, count(*) AS n, sum(amt) AS amt FROM orders_start GROUP BY cust",
+    "day_total": "SELECT day, count(*) AS n, sum(amt) AS amt, max(amt) AS top FROM orders_start "
+                 "WHERE amt % 10 <> 3 GROUP BY day HAVING count(*) > 2",
+}
+
+
+def setup(make_cluster, **gucs):
+    c = make_cluster(**gucs)
+    c.create_database("app")
+    with c.connect("app") as conn:
+        conn.execute("CREATE TABLE orders (id bigserial PRIMARY KEY, cust int NOT NULL, "
+                     "day int NOT NULL, amt int NOT NULL)")
+        conn.execute("CREATE INDEX ON orders (cust)")
+        conn.execute("CREATE INDEX ON orders (day)")
+        conn.execute("INSERT INTO orders (cust, day, amt) SELECT (g * 7919) %% %s, g / 50, g %% 97 "
+                     "FROM generate_series(1, %s) g", [N_CUST, N_ORDERS])
+        conn.execute("CREATE TABLE orders_start AS SELECT * FROM orders")
+        conn.execute("ANALYZE")
+        conn.execute("SELECT leapfrog.start('totals', %s)", [SCRIPT])
+        keys = conn.execute("SELECT done_keys::regclass::text FROM leapfrog.mapping "
+                            "WHERE done_keys IS NOT NULL ORDER BY id").fetchall()
+        assert len(keys) == 2, "orders is not tracked in place for both mappings: %r" % keys
+    c.keys_tables = [k for (k,) in keys]
+    return c
+
+
+class Writers:
+    """Threads writing orders and reading both new tables until stopped; a
+    connection error (a crash) makes a thread reconnect."""
+
+    def __init__(self, c, n, seed):
+        self.c, self.stop_ev = c, threading.Event()
+        self.committed, self.errors_seen = 0, []
+        self.lock = threading.Lock()
+        self.threads = [threading.Thread(target=self._run, args=(seed + i,), daemon=True)
+                        for i in range(n)]
+
+    def _one(self, conn, rnd):
+        oid = rnd.randint(1, N_ORDERS)
+        kind = rnd.random()
+        with conn.transaction():
+            if kind < 0.2:
+                conn.execute("UPDATE orders SET amt = amt + 1 WHERE id = %s", [oid])
+            elif kind < 0.3:
+                conn.execute("UPDATE orders SET cust = %s WHERE id = %s",
+                             [rnd.randint(0, N_CUST + 50), oid])
+            elif kind < 0.4:
+                conn.execute("UPDATE orders SET day = %s, cust = %s WHERE id = %s",
+                             [rnd.randint(0, N_DAYS + 5), rnd.randint(0, N_CUST), oid])
+            elif kind < 0.5:
+                conn.execute("DELETE FROM orders WHERE id = %s", [oid])
+            elif kind < 0.6:
+                conn.execute("INSERT INTO orders (cust, day, amt) VALUES (%s, %s, 1), (%s, %s, 2)",
+                             [rnd.randint(0, N_CUST + 50), rnd.randint(0, N_DAYS + 5),
+                              rnd.randint(0, N_CUST), rnd.randint(0, N_DAYS)])
+            elif kind < 0.8:
+                conn.execute("SELECT * FROM cust_total WHERE cust = %s",
+                             [rnd.randint(0, N_CUST)]).fetchall()
+            else:
+                conn.execute("SELECT * FROM day_total WHERE day = %s",
+                             [rnd.randint(0, N_DAYS)]).fetchall()
+
+    def _run(self, seed):
+        rnd = random.Random(seed)
+        conn = None
+        while not self.stop_ev.is_set():
+            try:
+                if conn is None:
+                    conn = self.c.connect("app")
+                    conn.execute("SET leapfrog.read_mode = migrate")
+                self._one(conn, rnd)
+                with self.lock:
+                    self.committed += 1
+            except (psycopg.OperationalError, psycopg.errors.AdminShutdown,
+                    psycopg.errors.CrashShutdown, psycopg.errors.CannotConnectNow):
+                conn = None
+                time.sleep(0.1)
+            except psycopg.errors.DeadlockDetected:
+                pass            # two writers claiming a customer and a day in turn
+            except psycopg.Error as e:
+                with self.lock:
+                    self.errors_seen.append(repr(e))
+                conn = None
+        if conn is not None:
+            conn.close()
+
+    def start(self):
+        for t in self.threads:
+            t.start()
+
+    def stop(self):
+        self.stop_ev.set()
+        for t in self.threads:
+            t.join(30)
+
+    def wait_committed(self, n, timeout):
+        target = self.committed + n
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.committed >= target:
+                return True
+            time.sleep(0.05)
+        return False
+
+
+def diff(conn, table):
+    return conn.execute(
+        "(SELECT * FROM %s EXCEPT ALL (%s)) UNION ALL ((%s) EXCEPT ALL SELECT * FROM %s) LIMIT 10"
+        % (table, EAGER[table], EAGER[table], table)).fetchall()
+
+
+def check_eager(c):
+    """Both new tables, read by computing, equal the eager aggregates at
+    start(); returns how many groups each mapping has migrated."""
+    with c.connect("app") as conn:
+        conn.execute("SET leapfrog.read_mode = compute")
+        for table in EAGER:
+            d = diff(conn, table)
+            assert d == [], "%s differs from the eager aggregate at start(): %r" % (table, d)
+        return [conn.execute("SELECT count(*) FROM %s" % k).fetchone()[0] for k in c.keys_tables]
+
+
+def left(c):
+    rows = c.sql("SELECT leapfrog.remaining('totals') FROM leapfrog.migrations "
+                 "WHERE name = 'totals' AND state = 'running'", dbname="app")
+    return rows[0][0] if rows else 0
+
+
+def test_two_group_mappings_of_one_live_table(make_cluster):
+    needs_real_extension()
+    if MOCK:
+        pytest.skip("needs the real extension")
+    c = setup(make_cluster, **{"leapfrog.background": "on",
+                               "leapfrog.background_delay": 300,
+                               "leapfrog.batch_size": 500,
+                               "leapfrog.background_naptime": 200})
+    start_left = left(c)
+    assert start_left == 2 * N_ORDERS, "each row counts once per mapping: %d" % start_left
+    writers = Writers(c, 4, seed=11)
+    writers.start()
+    try:
+        assert writers.wait_committed(100, 60), writers.errors_seen[:5]
+        wait_until(lambda: left(c) <= start_left * 0.8, 120, interval=0.05,
+                   what="a fifth of the rows migrated")
+        done = check_eager(c)
+        assert all(n > 0 for n in done), "a mapping migrated nothing: %r" % done
+        before = left(c)
+        assert before > 0, "migrated before the worker's kill: nothing to test"
+        pids = c.sql("SELECT pid FROM pg_stat_activity WHERE backend_type = 'leapfrog worker'",
+                     dbname="app")
+        assert pids, "no worker running"
+        # the postmaster restarts every backend after a SIGKILL
+        for (pid,) in pids:
+            os.kill(pid, signal.SIGKILL)
+        print("%d worker(s) killed with %d of %d rows left" % (len(pids), before, start_left))
+        time.sleep(1)
+        assert writers.wait_committed(100, 120), writers.errors_seen[:5]
+        check_eager(c)
+    finally:
+        writers.stop()
+    assert writers.errors_seen == [], writers.errors_seen[:5]
+    check_eager(c)
+    with c.connect("app") as conn:
+        conn.execute("SELECT leapfrog.complete('totals')")
+        for table in EAGER:
+            d = diff(conn, table)
+            assert d == [], "%s differs from the eager aggregate at start(): %r" % (table, d)
+        wait_until(lambda: conn.execute(
+            "SELECT count(*) FROM pg_trigger WHERE tgrelid = 'orders'::regclass").fetchone()[0] == 0
+            and all(conn.execute("SELECT to_regclass(%s)", [k]).fetchone()[0] is None
+                    for k in c.keys_tables),
+            60, what="the trigger and both tables of done keys dropped")
