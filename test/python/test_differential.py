@@ -1662,6 +1662,7 @@ def gen_unit_case(seed, kind, snapshots=False):
     case.workload = (gen_unit_snapshot_workload if snapshots else gen_unit_workload)(rng, case)
     _fkey_workload(fkr, case)
     _with_live(case)
+    _with_tracked_in_place(case)
     return case
 
 
@@ -2119,6 +2120,63 @@ def _with_live(case):
             spots = [i for i, w in enumerate(case.workload) if w.session == 0] or [0]
             # Before a statement of session 0, or at the end.
             case.workload.insert(lr.choice(spots + [len(case.workload)]), st)
+
+
+def _with_tracked_in_place(case):
+    """Some GROUP BY cases whose input stays live get NOT NULL group key
+    columns (before start()), so that the input is tracked in place
+    (src/live.c) rather than replaced; some of those get a second GROUP BY
+    mapping of the same input by other columns (sib_total, tracked with a
+    table of done keys of its own), read and written by the workload."""
+    case.tracked = case.shared = False
+    tr = random.Random("tracked-%d" % case.seed)
+    src = case.src
+    if case.kind != "group" or src not in case.live or tr.random() >= 0.6:
+        return
+    names = ["id"] + [c for c, _ in case.src_cols]
+    keys = case.input_keys[src]
+    if any(r[names.index(k)] is None for r in case.rows for k in keys):
+        return
+    if any("SET %s = NULL" % k in st for st in case.churn for k in keys):
+        return
+    if any(re.match(r"CREATE (UNIQUE )?INDEX .* ON %s \(" % src, l)
+           for l in case.script.split("\n")):
+        return          # the script replaces it
+    not_null = list(keys)
+    case.tracked = True
+    if tr.random() < 0.6:
+        col = keys[1] if len(keys) == 2 and tr.random() < 0.7 else "id"
+        if col == "id" and any(r[0] is None for r in case.rows):
+            col = None
+        if col:
+            not_null.append(col)
+            if not (col == "id" and case.src_pk):
+                case.churn.append("CREATE INDEX ON %s (%s)" % (src, col))
+            case.script += ("\nCREATE TABLE sib_total AS SELECT %s, count(*) AS n, "
+                            "count(DISTINCT id) AS ids, max(id) AS top FROM %s GROUP BY %s;"
+                            % (col, src, col))
+            case.shared = True
+            vals = [r[names.index(col)] for r in case.rows] or [0]
+            for _ in range(tr.randint(4, 10)):
+                r = tr.random()
+                v = tr.choice(vals)
+                if r < 0.45:
+                    st = Stmt("SELECT * FROM sib_total WHERE %s = %%s" % col, [v])
+                elif r < 0.6:
+                    st = Stmt("SELECT count(*), sum(n), sum(ids), max(top) FROM sib_total")
+                elif r < 0.8:
+                    st = Stmt("UPDATE sib_total SET n = n + 1 WHERE %s = %%s RETURNING *" % col,
+                              [v])
+                else:
+                    st = Stmt("SELECT s.%s, s.n, t.n FROM sib_total s JOIN %s x ON x.%s = s.%s "
+                              "JOIN LATERAL (SELECT count(*) AS n FROM %s y WHERE y.%s = s.%s) t "
+                              "ON true WHERE x.id = %%s ORDER BY 1"
+                              % (col, src, col, col, src, col, col),
+                              [tr.choice([r[0] for r in case.rows] or [0])], ordered=True)
+                spots = [i for i, w in enumerate(case.workload) if w.session == 0] or [0]
+                case.workload.insert(tr.choice(spots + [len(case.workload)]), st)
+    case.churn.append("ALTER TABLE %s %s" % (src, ", ".join(
+        "ALTER COLUMN %s SET NOT NULL" % k for k in not_null)))
 
 
 def _live_stmt(rng, info, case):
@@ -2651,6 +2709,44 @@ def test_differential_snapshots(diff_cluster, seed):
         raise AssertionError("%s\n\n=== minimized (%s) ===\n%s" % (e, sig, reduced)) from None
     print("seed %d: lazy-only 40001 at statements %r" % (
         seed, [i for _, s_, i, _ in SERIALIZATION_FAILURES if s_ == seed]))
+
+
+def _tracked_seeds():
+    """GROUP BY cases whose live input is tracked in place (about 1% of the
+    seeds: _with_tracked_in_place), found by generating cases from 70000
+    on: LEAPFROG_DIFF_TRACKED_COUNT of them (default 12), half with a
+    second GROUP BY mapping of the input; odd positions run with the
+    worker."""
+    if os.environ.get("LEAPFROG_DIFF_SEEDS"):
+        return _seeds()
+    base = 70_000 + int(os.environ.get("LEAPFROG_DIFF_BASE", "0"))
+    count = int(os.environ.get("LEAPFROG_DIFF_TRACKED_COUNT", "12"))
+    shared, single = [], []
+    seed = base
+    while len(shared) + len(single) < count and seed < base + 400 * count:
+        if unit_kind(seed) == "group":
+            case = gen_unit_case(seed, "group")
+            if case.shared and len(shared) < (count + 1) // 2:
+                shared.append(seed)
+            elif case.tracked and not case.shared and len(single) < count // 2:
+                single.append(seed)
+        seed += 1
+    return _repeated(sorted(shared + single))
+
+
+@pytest.mark.parametrize("seed", _tracked_seeds())
+def test_differential_tracked(request, seed):
+    """GROUP BY cases whose input stays live with NOT NULL group keys, so
+    tracked in place (src/live.c), some with a second GROUP BY mapping of
+    the same input (a table of done keys each); with and without the
+    worker."""
+    needs_real_extension()
+    case = gen_case(seed)
+    if not getattr(case, "tracked", False):
+        pytest.skip("seed %d (LEAPFROG_DIFF_SEEDS) is not a tracked case" % seed)
+    case.background = seed % 2 == 1
+    run_case(request.getfixturevalue("diff_cluster_bg" if case.background else "diff_cluster"),
+             case)
 
 
 @pytest.mark.parametrize("seed", _seeds())
