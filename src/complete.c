@@ -252,14 +252,30 @@ lf_analyze_targets(Oid owner, List *targets)
  * the ANALYZE took 2-2.5 s of a TPC-C run at saturation (W=10), with no
  * row left to migrate.  Plans made in between are rebuilt after it.
  */
+/*
+ * The inputs of mig to drop at completion: all but the live tables tracked
+ * in place (a retired one tracked by keys is in leapfrog_retired).
+ */
+static List *
+retired_inputs(LfMigration *mig)
+{
+	List	   *result = NIL;
+	ListCell   *lc;
+
+	foreach(lc, mig->inputs)
+		if (!list_member_oid(mig->live, lfirst_oid(lc)) ||
+			get_rel_namespace(lfirst_oid(lc)) == lf_retired_namespace())
+			result = lappend_oid(result, lfirst_oid(lc));
+	return result;
+}
+
 bool
 lf_try_complete(LfMigration *mig, List **analyze_later)
 {
 	ListCell   *lc;
 	char	   *name = pstrdup(mig->name);
-	/* the retired tables, and the tables of done keys of live inputs */
-	List	   *inputs = list_concat(list_difference_oid(mig->inputs, mig->live),
-									 mig->live_keys);
+	/* the retired tables, and the tables of done keys */
+	List	   *inputs = list_concat(retired_inputs(mig), mig->live_keys);
 	List	   *targets = list_copy(mig->targets);
 	Oid			owner = mig->owner;
 	Snapshot	snap;

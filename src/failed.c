@@ -94,6 +94,13 @@ owned_migration(const char *name)
 static void
 refuse_live(LfMigration *mig, Oid relid)
 {
+	if (list_member_oid(mig->live, relid) && get_rel_namespace(relid) == lf_retired_namespace())
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("rows of table \"%s\" of migration \"%s\" cannot be corrected: several GROUP BY mappings read it",
+						get_rel_name(relid), mig->name),
+				 errdetail("A row is in a group of each mapping, and a group migrated already was computed from the row as it is."),
+				 errhint("Set the row's groups aside with leapfrog.quarantine_row.")));
 	if (list_member_oid(mig->live, relid))
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
@@ -539,7 +546,7 @@ original_name(LfMigration *mig, Oid input)
 	char	   *name = get_rel_name(input);
 	char	   *orig;
 
-	if (name == NULL || list_member_oid(mig->live, input))
+	if (name == NULL || get_rel_namespace(input) != lf_retired_namespace())
 		return name ? name : "";	/* the application's table, in its schema */
 	/* retired tables are named m<id>_<oid>_<name> (start.c) */
 	orig = strchr(name, '_');

@@ -154,9 +154,10 @@ lf_live_unsupported(LfMapping *m)
  * Track input 0 of group mapping m in place for migration migration_id:
  * create its table of done keys, owned by the extension's owner, and, for
  * the table's first mapping (nth 0), the trigger, into *trigger; a later
- * mapping's table gets the same trigger.  Returns the table's OID.  The
- * caller runs inside SPI, in the switch's subtransaction (lock_timeout and
- * retries).
+ * mapping's table gets the same trigger.  A retired input (read by several
+ * GROUP BY mappings, start.c) gets no trigger (trigger NULL): nobody writes
+ * it.  Returns the table's OID.  The caller runs inside SPI, in the
+ * switch's subtransaction (lock_timeout and retries).
  */
 Oid
 lf_live_track(LfMapping *m, int migration_id, int nth, Oid *trigger)
@@ -261,6 +262,8 @@ lf_live_track(LfMapping *m, int migration_id, int nth, Oid *trigger)
 	 * goes with the tables of done keys (all are dropped at completion).
 	 */
 	ObjectAddressSet(keysaddr, RelationRelationId, keys);
+	if (trigger == NULL)
+		return keys;
 	if (nth > 0)
 	{
 		ObjectAddressSet(trig, TriggerRelationId, *trigger);

@@ -644,9 +644,10 @@ reads_a_table(Query *ins)
  * with its unit (units.c): row mappings may share an input with one group
  * or join mapping (their rows then move with its groups or join keys), but
  * two group or join mappings may not share one: their units would differ.
- * Several GROUP BY mappings of one table alone may share it if it stays live
- * and is tracked in place (live.c): each then has its own table of done keys
- * (check_shared_groups, once the script has run).
+ * Several GROUP BY mappings of one table alone may share it: it is then
+ * tracked by keys (live.c), with a table of done keys per mapping, whether
+ * it stays live or is retired (keep_live_inputs, track_shared_retired,
+ * once the script has run).
  */
 static void
 check_shared_inputs(StartState *st, PendingMapping *pm)
@@ -1616,12 +1617,11 @@ unit_readers(StartState *st, Oid relid)
 static void
 refuse_shared_groups(const char *name, const char *why)
 {
-	refuse(errmsg("table \"%s\" is read by two GROUP BY mappings and cannot be tracked in place: %s",
+	refuse(errmsg("table \"%s\" is read by two GROUP BY mappings and cannot be tracked by keys: %s",
 				  name, why),
-		   errdetail("Leapfrog migrates each row of a retired table once, for every mapping that reads it, "
-					 "with the rows of its group; GROUP BY mappings with different groups can share a table "
-					 "only while it stays live and is tracked in place, with a table of done keys each."),
-		   errhint("Keep the table in this migration and drop it in a later one, or fill one of the new tables in a later migration."));
+		   errdetail("GROUP BY mappings with different groups share a table through a table of done keys each, "
+					 "which needs every mapping that reads it to be a GROUP BY of it alone, on NOT NULL columns."),
+		   errhint("Fill one of the new tables in a later migration."));
 }
 
 /*
@@ -1697,19 +1697,56 @@ keep_live_inputs(StartState *st)
 }
 
 /*
- * Two GROUP BY mappings share only a table tracked in place: a retired one
- * (dropped by the script, or replaced) migrates each row once, with one
- * mapping's groups.
+ * Two GROUP BY mappings share only a table tracked by keys: a retired table
+ * (dropped by the script) read by several GROUP BY mappings and by nothing
+ * else gets a table of done keys per mapping, as a live one (keep_live_inputs),
+ * but no trigger (nobody writes it) and its rows are never deleted: a row
+ * is in a group of each mapping, migrated at different times.
  */
 static void
-check_shared_groups(StartState *st)
+track_shared_retired(StartState *st)
 {
 	ListCell   *lc,
 			   *lc2;
 
 	forboth(lc, st->retired, lc2, st->retired_names)
-		if (unit_readers(st, lfirst_oid(lc)) > 1)
-			refuse_shared_groups(lfirst(lc2), "the script drops or alters it");
+	{
+		Oid			relid = lfirst_oid(lc);
+		const char *why;
+		ListCell   *lc3;
+		int			nth = 0;
+
+		if (unit_readers(st, relid) < 2)
+			continue;
+		if ((why = why_not_in_place(st, relid)) != NULL)
+			refuse_shared_groups(lfirst(lc2), why);
+		foreach(lc3, st->mappings)
+		{
+			PendingMapping *reader = lfirst(lc3);
+			LfMapping	m = {0};
+
+			if (!pm_reads(reader, relid))
+				continue;
+			describe_pending(reader, &m);
+			reader->done_keys = lf_live_track(&m, st->migration_id, nth++, NULL);
+		}
+	}
+}
+
+/* The table of done keys of the first mapping that reads relid, or none. */
+static Oid
+first_done_keys(StartState *st, Oid relid)
+{
+	ListCell   *lc;
+
+	foreach(lc, st->mappings)
+	{
+		PendingMapping *pm = lfirst(lc);
+
+		if (pm->input == relid && OidIsValid(pm->done_keys))
+			return pm->done_keys;
+	}
+	return InvalidOid;
 }
 
 /* Run the script's statements in order: DDL, mappings, retirements. */
@@ -1773,7 +1810,7 @@ run_script(StartState *st)
 		}
 	}
 	keep_live_inputs(st);
-	check_shared_groups(st);
+	track_shared_retired(st);
 	st->current = 0;
 	foreach(lc, st->replacements)
 		add_replacement_mapping(st, lfirst(lc));
@@ -1831,22 +1868,11 @@ record_migration(StartState *st)
 
 	forboth(lc, st->retired, lc2, st->retired_names)
 		lf_catalog_add_input(st->migration_id, lfirst_oid(lc), (char *) lfirst(lc2),
-							 altered_in_place(st, lfirst_oid(lc)), InvalidOid);
+							 altered_in_place(st, lfirst_oid(lc)),
+							 first_done_keys(st, lfirst_oid(lc)));
 	forboth(lc, st->live, lc2, st->live_names)
-	{
-		Oid			first_keys = InvalidOid;
-		ListCell   *lc3;
-
-		foreach(lc3, st->mappings)
-		{
-			PendingMapping *pm = lfirst(lc3);
-
-			if (!OidIsValid(first_keys) && pm->input == lfirst_oid(lc))
-				first_keys = pm->done_keys;
-		}
 		lf_catalog_add_input(st->migration_id, lfirst_oid(lc), (char *) lfirst(lc2), false,
-							 first_keys);
-	}
+							 first_done_keys(st, lfirst_oid(lc)));
 	foreach(lc, st->mappings)
 	{
 		PendingMapping *pm = lfirst(lc);

@@ -2125,14 +2125,19 @@ def _with_live(case):
 def _with_tracked_in_place(case):
     """Some GROUP BY cases whose input stays live get NOT NULL group key
     columns (before start()), so that the input is tracked in place
-    (src/live.c) rather than replaced; some of those get a second GROUP BY
-    mapping of the same input by other columns (sib_total, tracked with a
-    table of done keys of its own), read and written by the workload."""
+    (src/live.c) rather than replaced; some of those, and some whose input
+    the script drops, get a second GROUP BY mapping of the same input by
+    other columns (sib_total, tracked with a table of done keys of its own;
+    a dropped input is then tracked by keys too), read and written by the
+    workload."""
     case.tracked = case.shared = False
     tr = random.Random("tracked-%d" % case.seed)
     src = case.src
-    if case.kind != "group" or src not in case.live or tr.random() >= 0.6:
+    if case.kind != "group" or tr.random() >= 0.6:
         return
+    dropped = src not in case.live
+    if dropped and (src not in _live_inputs(case) or tr.random() < 0.5):
+        return          # a dropped input is tracked by keys only when shared
     names = ["id"] + [c for c, _ in case.src_cols]
     keys = case.input_keys[src]
     if any(r[names.index(k)] is None for r in case.rows for k in keys):
@@ -2144,17 +2149,25 @@ def _with_tracked_in_place(case):
         return          # the script replaces it
     not_null = list(keys)
     case.tracked = True
-    if tr.random() < 0.6:
+    if dropped or tr.random() < 0.6:
         col = keys[1] if len(keys) == 2 and tr.random() < 0.7 else "id"
         if col == "id" and any(r[0] is None for r in case.rows):
             col = None
+        if col is None and dropped:
+            case.tracked = False
+            return
         if col:
             not_null.append(col)
             if not (col == "id" and case.src_pk):
                 case.churn.append("CREATE INDEX ON %s (%s)" % (src, col))
-            case.script += ("\nCREATE TABLE sib_total AS SELECT %s, count(*) AS n, "
-                            "count(DISTINCT id) AS ids, max(id) AS top FROM %s GROUP BY %s;"
-                            % (col, src, col))
+            sib = ("CREATE TABLE sib_total AS SELECT %s, count(*) AS n, "
+                   "count(DISTINCT id) AS ids, max(id) AS top FROM %s GROUP BY %s;"
+                   % (col, src, col))
+            if dropped:
+                case.script = case.script.replace("DROP TABLE %s;" % src,
+                                                  sib + "\nDROP TABLE %s;" % src)
+            else:
+                case.script += "\n" + sib
             case.shared = True
             vals = [r[names.index(col)] for r in case.rows] or [0]
             for _ in range(tr.randint(4, 10)):
@@ -2167,6 +2180,9 @@ def _with_tracked_in_place(case):
                 elif r < 0.8:
                     st = Stmt("UPDATE sib_total SET n = n + 1 WHERE %s = %%s RETURNING *" % col,
                               [v])
+                elif dropped:
+                    st = Stmt("SELECT %s, n FROM sib_total WHERE n > 1 ORDER BY 1" % col,
+                              ordered=True)
                 else:
                     st = Stmt("SELECT s.%s, s.n, t.n FROM sib_total s JOIN %s x ON x.%s = s.%s "
                               "JOIN LATERAL (SELECT count(*) AS n FROM %s y WHERE y.%s = s.%s) t "
@@ -2624,9 +2640,10 @@ def _finish_case(a, b, case, a2, b2):
         assert done, "the worker did not finish in 60s\n%s" % describe(case)
     else:
         remaining = b.execute("SELECT leapfrog.remaining(%s)", [case.name]).fetchone()[0]
-        # (A live input's rows move twice: into the mappings, into its copy.)
+        # (A live input's rows move twice: into the mappings, into its copy;
+        # a row of a table tracked by keys counts once per mapping.)
         bound = (len(case.rows) + len(getattr(case, "rows_b", []))) * (
-            2 if getattr(case, "live", None) else 1)
+            2 if getattr(case, "live", None) or getattr(case, "shared", False) else 1)
         assert 0 <= remaining <= bound, \
             describe(case)
         b.execute("SELECT leapfrog.complete(%s)", [case.name])
@@ -2738,8 +2755,9 @@ def _tracked_seeds():
 def test_differential_tracked(request, seed):
     """GROUP BY cases whose input stays live with NOT NULL group keys, so
     tracked in place (src/live.c), some with a second GROUP BY mapping of
-    the same input (a table of done keys each); with and without the
-    worker."""
+    the same input (a table of done keys each), and cases whose input is
+    dropped and read by two GROUP BY mappings (retired, tracked by keys);
+    with and without the worker."""
     needs_real_extension()
     case = gen_case(seed)
     if not getattr(case, "tracked", False):
