@@ -1843,10 +1843,11 @@ prepare_statement(QueryDesc *qd, List *items)
 		lf_cache_load();
 
 	/*
-	 * A join's relevance plans read its other input too, which the executor
-	 * opens without a lock (it expects the plan's relations locked): lock
-	 * every input of the items' migrations, or a completion could drop one
-	 * under the plan ("relation deleted while still in use").  A completion
+	 * A join's relevance plans read its other input too, and a live
+	 * mapping's read its table of done keys, which the executor opens
+	 * without a lock (it expects the plan's relations locked): lock every
+	 * input and table of done keys of the items' migrations, or a completion
+	 * could drop one under the plan ("relation deleted while still in use").  A completion
 	 * marks the migration done and drops the inputs in one transaction: an
 	 * input gone means the cache, current again, no longer lists it.
 	 */
@@ -1857,6 +1858,10 @@ prepare_statement(QueryDesc *qd, List *items)
 
 		if (mig && list_length(mig->inputs) > 1)
 			foreach(li, mig->inputs)
+				(void) lf_lock_input_if_exists(lfirst_oid(li), AccessShareLock);
+		/* the tables of done keys the anti-joins of live mappings read, too */
+		if (mig)
+			foreach(li, mig->live_keys)
 				(void) lf_lock_input_if_exists(lfirst_oid(li), AccessShareLock);
 	}
 	if (!lf_cache_valid)

@@ -334,6 +334,10 @@ add_item(RelCtx *cx, Query *q, LfMapping *m, const char *target, const char *how
 		foreach(lc, mig->inputs)
 			if (!lf_lock_input_if_exists(lfirst_oid(lc), AccessShareLock))
 				return;
+	if (mig)
+		foreach(lc, mig->live_keys)
+			if (!lf_lock_input_if_exists(lfirst_oid(lc), AccessShareLock))
+				return;
 	cx->queries = lappend(cx->queries, q);
 	cx->inputs = lappend_oid(cx->inputs, input);
 	cx->kinds = lappend_int(cx->kinds, kind);
@@ -1278,9 +1282,9 @@ targets_in_plan(PlannedStmt *stmt)
 }
 
 /*
- * Lock the retired inputs of the targets before reading or planning over
- * them: the planner opens relations it did not get from the rewriter
- * without a lock, and a migration seen as running may be completing right
+ * Lock the retired inputs of the targets, and their tables of done keys,
+ * before reading or planning over them: the planner opens relations it did
+ * not get from the rewriter without a lock, and a migration seen as running may be completing right
  * now (completion drops the inputs only when it can lock them, which these
  * locks, held to transaction end, prevent).  Taking the locks also
  * processes invalidations, so the cache may say the migration is done:
@@ -1316,6 +1320,14 @@ lock_live_targets(List *targets)
 						break;
 					if (lf_is_target(lfirst_oid(li)))
 						todo = list_append_unique_oid(todo, lfirst_oid(li));
+				}
+			/* and the tables of done keys the mappings' anti-joins read */
+			if (mig && lf_cache_valid)
+				foreach(li, mig->live_keys)
+				{
+					(void) lf_lock_input_if_exists(lfirst_oid(li), AccessShareLock);
+					if (!lf_cache_valid)
+						break;
 				}
 			if (!lf_cache_valid)
 				break;
