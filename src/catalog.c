@@ -404,14 +404,49 @@ load_mapping(HeapTuple tup, TupleDesc desc)
 	(void) lf_describe_units(map);
 	map->done_keys = mapping_done_keys(tup, desc, m, map);
 	if (OidIsValid(map->done_keys))
+		m->live_keys = list_append_unique_oid(m->live_keys, map->done_keys);
+	m->mappings = lappend(m->mappings, map);
+}
+
+/*
+ * The mappings of m tracked by keys read their input through the groups not
+ * in their table of done keys (lf_live_unmigrated_query).  A row mapping of
+ * such an input shares its carrier's table (start.c, track_by_keys): its
+ * rows move with that GROUP BY mapping's groups, and it reads through the
+ * carrier's key.
+ */
+static void
+load_unmigrated(LfMigration *m)
+{
+	ListCell   *lc,
+			   *lc2;
+
+	foreach(lc, m->mappings)
 	{
-		m->live_keys = lappend_oid(m->live_keys, map->done_keys);
+		LfMapping  *map = lfirst(lc);
+
+		if (!OidIsValid(map->done_keys))
+			continue;
+		if (map->kind == LF_MAP_ROWS)
+			foreach(lc2, m->mappings)
+			{
+				LfMapping  *carrier = lfirst(lc2);
+
+				if (carrier->kind == LF_MAP_GROUPS && carrier->done_keys == map->done_keys)
+				{
+					map->nkeys = carrier->nkeys;
+					memcpy(map->keys[0], carrier->keys[0], sizeof(map->keys[0]));
+					memcpy(map->eqops, carrier->eqops, sizeof(map->eqops));
+					memcpy(map->collations, carrier->collations, sizeof(map->collations));
+					break;
+				}
+			}
 		/* both are there unless dropped behind the DDL guard's back */
-		if (SearchSysCacheExists1(RELOID, ObjectIdGetDatum(map->inputs[0])) &&
+		if (map->nkeys > 0 &&
+			SearchSysCacheExists1(RELOID, ObjectIdGetDatum(map->inputs[0])) &&
 			SearchSysCacheExists1(RELOID, ObjectIdGetDatum(map->done_keys)))
 			map->unmigrated = lf_live_unmigrated_query(map);
 	}
-	m->mappings = lappend(m->mappings, map);
 }
 
 /*
@@ -499,7 +534,10 @@ lf_cache_load(void)
 		if (lf_active != NIL || lf_recent_done != NIL)
 			scan_table(lf_catalog_table("mapping"), snap, load_mapping);
 		foreach(lc, lf_active)
+		{
+			load_unmigrated(lfirst(lc));
 			load_fkeys(lfirst(lc), snap);
+		}
 	}
 	PG_CATCH();
 	{

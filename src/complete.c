@@ -86,7 +86,7 @@ unmigrated_rows(LfMigration *mig, Oid input, Snapshot snap, ItemPointerData *tid
 		if (tids && n >= max)
 			break;
 		/* the tables of done keys go at completion, and the live input stays */
-		if (OidIsValid(m->done_keys) && m->inputs[0] == input &&
+		if (lf_tracks_groups(m, input) &&
 			lf_lock_input_if_exists(m->done_keys, AccessShareLock))
 			n += lf_live_rows_left(m, snap, tids ? tids + n : NULL, tids ? max - n : 0);
 	}

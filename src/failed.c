@@ -456,7 +456,7 @@ quarantine_group(LfMigration *mig, Oid input, ItemPointer tid, Oid qrel, Datum s
 	{
 		LfMapping  *m = lfirst(lc);
 
-		if (OidIsValid(m->done_keys) && m->inputs[0] == input)
+		if (lf_tracks_groups(m, input))
 			failing = lappend_int(failing, m->id);
 	}
 	if (list_length(failing) > 1)

@@ -273,6 +273,8 @@ typedef enum LfLiveClaim
 	LF_CLAIMED,					/* this transaction now migrates the group */
 	LF_DONE						/* migrated, or being migrated by us */
 } LfLiveClaim;
+extern bool lf_tracks_groups(LfMapping *m, Oid input);
+extern LfMapping *lf_keys_carrier(LfMigration *mig, LfMapping *m);
 extern const char *lf_live_unsupported(LfMapping *m);
 extern Oid	lf_live_track(LfMapping *m, int migration_id, int nth, Oid *trigger);
 extern Oid	lf_live_trigger_table(Oid keys);

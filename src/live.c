@@ -100,6 +100,36 @@ PG_FUNCTION_INFO_V1(leapfrog_live_input_trigger);
 /* field4 of the advisory lock tag of a claim's look-up and insert */
 #define LF_LIVE_LOCK_CLASS 0x4C46
 
+/*
+ * Is m a GROUP BY mapping of input tracked by keys, with a table of done
+ * keys of its own?  (A row mapping of such an input has its carrier's
+ * table: its rows move with that mapping's groups.)
+ */
+bool
+lf_tracks_groups(LfMapping *m, Oid input)
+{
+	return m->kind == LF_MAP_GROUPS && OidIsValid(m->done_keys) && m->inputs[0] == input;
+}
+
+/*
+ * The GROUP BY mapping of mig whose groups carry m's rows: m itself, or the
+ * GROUP BY mapping whose table of done keys a row mapping shares; NULL if m
+ * is not tracked by keys.
+ */
+LfMapping *
+lf_keys_carrier(LfMigration *mig, LfMapping *m)
+{
+	ListCell   *lc;
+
+	if (!OidIsValid(m->done_keys) || m->kind == LF_MAP_GROUPS)
+		return OidIsValid(m->done_keys) ? m : NULL;
+	foreach(lc, mig->mappings)
+		if (lf_tracks_groups(lfirst(lc), m->input) &&
+			((LfMapping *) lfirst(lc))->done_keys == m->done_keys)
+			return lfirst(lc);
+	return NULL;
+}
+
 /* ---------------------------------------------------------------------
  * start(): the table of done keys and the trigger
  * ---------------------------------------------------------------------
@@ -1011,7 +1041,7 @@ leapfrog_live_input_trigger(PG_FUNCTION_ARGS)
 	{
 		LfMapping  *m = lfirst(lc);
 
-		if (OidIsValid(m->done_keys) && m->inputs[0] == relid)
+		if (lf_tracks_groups(m, relid))
 			migrate_written_groups(mig, m, td, result);
 	}
 	return PointerGetDatum(result);

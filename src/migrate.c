@@ -565,6 +565,9 @@ build_step_plan(LfMigration *mig, Oid input, LfMapping *um)
 
 		if (m->kind != LF_MAP_ROWS)
 			continue;
+		/* of an input tracked by keys, only its carrier's step copies it */
+		if (um && OidIsValid(um->done_keys) && m->done_keys != um->done_keys)
+			continue;
 		if (um)
 			paramid = lf_unit_input_index(um, m->input) + 1;
 		else if (m->input != input)
@@ -1438,7 +1441,7 @@ lf_migrate_range(LfMigration *mig, Oid input, BlockNumber lo, BlockNumber hi, Lf
 			{
 				LfMapping  *m = lfirst(lc);
 
-				if (OidIsValid(m->done_keys) && m->inputs[0] == input)
+				if (lf_tracks_groups(m, input))
 					n += migrate_live_range(mig, m, lo, hi, claim, &mc);
 			}
 		pop_context(&errcb);
@@ -1501,7 +1504,7 @@ lf_migrate_rows(LfMigration *mig, Oid input, LfMapping *only, ItemPointer tids, 
 			{
 				LfMapping  *m = lfirst(lc);
 
-				if (OidIsValid(m->done_keys) && m->inputs[0] == input &&
+				if (lf_tracks_groups(m, input) &&
 					(only == NULL || only->id == m->id))
 					n += (int) migrate_live_units(mig, m, tids, ntids, &mc);
 			}

@@ -318,6 +318,7 @@ add_item(RelCtx *cx, Query *q, LfMapping *m, const char *target, const char *how
 {
 	Oid			input = m->input;
 	LfMigration *mig;
+	LfMapping  *carrier;
 	ListCell   *lc;
 
 	/*
@@ -341,7 +342,8 @@ add_item(RelCtx *cx, Query *q, LfMapping *m, const char *target, const char *how
 	cx->queries = lappend(cx->queries, q);
 	cx->inputs = lappend_oid(cx->inputs, input);
 	cx->kinds = lappend_int(cx->kinds, kind);
-	cx->mappings = lappend_int(cx->mappings, OidIsValid(m->done_keys) ? m->id : 0);
+	carrier = mig ? lf_keys_carrier(mig, m) : NULL;
+	cx->mappings = lappend_int(cx->mappings, carrier ? carrier->id : 0);
 	cx->descs = lappend(cx->descs,
 						psprintf("%s from %s (%s%s)", target, lf_relation_name(input), how,
 								 unit_desc(input)));
@@ -1651,7 +1653,7 @@ lf_pull_plan(LfMapping *m, Node *quals, List **upstream)
 			cx.inputs = list_make1_oid(m->input);
 			cx.descs = list_make1(pstrdup("pull"));
 			cx.kinds = list_make1_int(LF_NEEDS_ROWS);
-			cx.mappings = list_make1_int(OidIsValid(m->done_keys) ? m->id : 0);
+			cx.mappings = list_make1_int(lf_keys_carrier(mig, m) ? lf_keys_carrier(mig, m)->id : 0);
 			nest_upstream(&cx);
 			cx.queries = list_delete_first(cx.queries);
 			cx.inputs = list_delete_first(cx.inputs);

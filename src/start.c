@@ -1555,6 +1555,19 @@ is_side_catalog_change(Node *stmt)
 	}
 }
 
+/* How many group or join mappings of the script read relid. */
+static int
+unit_readers(StartState *st, Oid relid)
+{
+	ListCell   *lc;
+	int			n = 0;
+
+	foreach(lc, st->mappings)
+		if (((PendingMapping *) lfirst(lc))->kind != LF_MAP_ROWS && pm_reads(lfirst(lc), relid))
+			n++;
+	return n;
+}
+
 /* Into *m, the description of pending mapping pm (units.c). */
 static void
 describe_pending(PendingMapping *pm, LfMapping *m)
@@ -1592,26 +1605,17 @@ why_not_in_place(StartState *st, Oid relid)
 
 		if (!pm_reads(pm, relid))
 			continue;
+		/* row mappings ride on the first GROUP BY mapping's groups */
+		if (pm->kind == LF_MAP_ROWS && unit_readers(st, relid) > 1)
+			continue;
 		if (pm->kind != LF_MAP_GROUPS || pm->ninputs != 1)
-			return "a mapping that is not a GROUP BY of it alone reads it";
+			return unit_readers(st, relid) > 1 ? "a join mapping reads it" :
+				"a mapping that is not a GROUP BY of it alone reads it";
 		describe_pending(pm, &m);
 		if ((why = lf_live_unsupported(&m)) != NULL)
 			return why;
 	}
 	return NULL;
-}
-
-/* How many group or join mappings of the script read relid. */
-static int
-unit_readers(StartState *st, Oid relid)
-{
-	ListCell   *lc;
-	int			n = 0;
-
-	foreach(lc, st->mappings)
-		if (((PendingMapping *) lfirst(lc))->kind != LF_MAP_ROWS && pm_reads(lfirst(lc), relid))
-			n++;
-	return n;
 }
 
 static void
@@ -1622,6 +1626,41 @@ refuse_shared_groups(const char *name, const char *why)
 		   errdetail("GROUP BY mappings with different groups share a table through a table of done keys each, "
 					 "which needs every mapping that reads it to be a GROUP BY of it alone, on NOT NULL columns."),
 		   errhint("Fill one of the new tables in a later migration."));
+}
+
+/*
+ * A table of done keys for each GROUP BY mapping that reads relid (live.c),
+ * and the trigger on relid into *trigger, unless trigger is NULL (a retired
+ * table).  A row mapping of relid shares the first one's table: its rows
+ * move with that mapping's groups (the carrier's step copies them), so a
+ * row is copied once, and its target's reads exclude the carrier's groups.
+ */
+static void
+track_by_keys(StartState *st, Oid relid, Oid *trigger)
+{
+	ListCell   *lc;
+	int			nth = 0;
+	Oid			carrier = InvalidOid;
+
+	foreach(lc, st->mappings)
+	{
+		PendingMapping *reader = lfirst(lc);
+		LfMapping	m = {0};
+
+		if (!pm_reads(reader, relid) || reader->kind != LF_MAP_GROUPS)
+			continue;
+		describe_pending(reader, &m);
+		reader->done_keys = lf_live_track(&m, st->migration_id, nth++, trigger);
+		if (!OidIsValid(carrier))
+			carrier = reader->done_keys;
+	}
+	foreach(lc, st->mappings)
+	{
+		PendingMapping *reader = lfirst(lc);
+
+		if (pm_reads(reader, relid) && reader->kind == LF_MAP_ROWS)
+			reader->done_keys = carrier;
+	}
 }
 
 /*
@@ -1660,8 +1699,6 @@ keep_live_inputs(StartState *st)
 		{
 			Oid			relid = pm->inputs[i];
 			const char *why;
-			ListCell   *lc2;
-			int			nth = 0;
 			Oid			trigger = InvalidOid;
 
 			if (list_member_oid(st->retired, relid) || list_member_oid(st->live, relid))
@@ -1680,16 +1717,7 @@ keep_live_inputs(StartState *st)
 				(void) plan_note(st, pm->stmt_no, "track", relid,
 								 "A mapping reads it and the script does not drop it: it stays live, "
 								 "and a write of one of its rows first migrates the row's group");
-			foreach(lc2, st->mappings)
-			{
-				PendingMapping *reader = lfirst(lc2);
-				LfMapping	m = {0};
-
-				if (!pm_reads(reader, relid))
-					continue;
-				describe_pending(reader, &m);
-				reader->done_keys = lf_live_track(&m, st->migration_id, nth++, &trigger);
-			}
+			track_by_keys(st, relid, &trigger);
 			remember_oid(st, &st->live, relid);
 			remember(st, &st->live_names, MemoryContextStrdup(st->cxt, qualified_name(relid)));
 		}
@@ -1713,23 +1741,12 @@ track_shared_retired(StartState *st)
 	{
 		Oid			relid = lfirst_oid(lc);
 		const char *why;
-		ListCell   *lc3;
-		int			nth = 0;
 
 		if (unit_readers(st, relid) < 2)
 			continue;
 		if ((why = why_not_in_place(st, relid)) != NULL)
 			refuse_shared_groups(lfirst(lc2), why);
-		foreach(lc3, st->mappings)
-		{
-			PendingMapping *reader = lfirst(lc3);
-			LfMapping	m = {0};
-
-			if (!pm_reads(reader, relid))
-				continue;
-			describe_pending(reader, &m);
-			reader->done_keys = lf_live_track(&m, st->migration_id, nth++, NULL);
-		}
+		track_by_keys(st, relid, NULL);
 	}
 }
 

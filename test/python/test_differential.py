@@ -2128,8 +2128,9 @@ def _with_tracked_in_place(case):
     (src/live.c) rather than replaced; some of those, and some whose input
     the script drops, get a second GROUP BY mapping of the same input by
     other columns (sib_total, tracked with a table of done keys of its own;
-    a dropped input is then tracked by keys too), read and written by the
-    workload."""
+    a dropped input is then tracked by keys too), and sometimes a row
+    mapping (sib_rows, whose rows move with the first mapping's groups),
+    read and written by the workload."""
     case.tracked = case.shared = False
     tr = random.Random("tracked-%d" % case.seed)
     src = case.src
@@ -2163,12 +2164,25 @@ def _with_tracked_in_place(case):
             sib = ("CREATE TABLE sib_total AS SELECT %s, count(*) AS n, "
                    "count(DISTINCT id) AS ids, max(id) AS top FROM %s GROUP BY %s;"
                    % (col, src, col))
+            rows_too = tr.random() < 0.4
+            if rows_too:
+                # a row mapping too: its rows move with the first mapping's groups
+                sib += "\nCREATE TABLE sib_rows AS SELECT * FROM %s WHERE id %% 3 <> 1;" % src
             if dropped:
                 case.script = case.script.replace("DROP TABLE %s;" % src,
                                                   sib + "\nDROP TABLE %s;" % src)
             else:
                 case.script += "\n" + sib
             case.shared = True
+            ids = [r[0] for r in case.rows] or [0]
+            for _ in range(tr.randint(3, 6) if rows_too else 0):
+                r = tr.random()
+                i = tr.choice(ids)
+                st = (Stmt("SELECT * FROM sib_rows WHERE id = %s", [i]) if r < 0.5 else
+                      Stmt("UPDATE sib_rows SET id = id WHERE id = %s RETURNING id", [i])
+                      if r < 0.8 else Stmt("SELECT count(*), count(DISTINCT id) FROM sib_rows"))
+                spots = [i for i, w in enumerate(case.workload) if w.session == 0] or [0]
+                case.workload.insert(tr.choice(spots + [len(case.workload)]), st)
             vals = [r[names.index(col)] for r in case.rows] or [0]
             for _ in range(tr.randint(4, 10)):
                 r = tr.random()
