@@ -1471,10 +1471,11 @@ lf_migrate_range(LfMigration *mig, Oid input, BlockNumber lo, BlockNumber hi, Lf
 /*
  * Migrate the given rows of input (sorted, unique or not) in one step
  * (claim_tids, then copy_claimed).  Rows another transaction migrated
- * meanwhile are skipped.  Returns the rows migrated.  Of a live input
- * tracked in place, their groups in mapping `only`, or in each of its
- * mappings if NULL (`only` is ignored for the other inputs: their rows
- * migrate for every mapping that reads them at once).
+ * meanwhile are skipped.  Returns the rows migrated.  Of an input tracked
+ * by keys, their groups in mapping `only` (a row mapping: its carrier's),
+ * or in each of its GROUP BY mappings if NULL (`only` is ignored for the
+ * other inputs: their rows migrate for every mapping that reads them at
+ * once).
  */
 uint64
 lf_migrate_rows(LfMigration *mig, Oid input, LfMapping *only, ItemPointer tids, int ntids)
@@ -1497,6 +1498,9 @@ lf_migrate_rows(LfMigration *mig, Oid input, LfMapping *only, ItemPointer tids, 
 		ListCell   *lc;
 
 		n = 0;
+		/* a row mapping's rows move with its carrier's groups */
+		if (only != NULL)
+			only = lf_keys_carrier(mig, only);
 		if (!OidIsValid(um->done_keys))
 			n = (int) migrate_units(mig, um, input, tids, ntids, &mc);
 		else

@@ -263,6 +263,44 @@ SELECT count(*) AS retired_left FROM pg_class c
                  SELECT p.done_keys FROM leapfrog.mapping p JOIN leapfrog.migration m ON m.id = p.migration_id
                   WHERE m.name = 'shd');
 
+-- A chain: a later migration reads t1, which a row mapping of a table
+-- tracked by keys still fills; a read of its new table pulls t1's rows up
+-- the chain, which migrates their carrier's groups (relevance.c, pulls).
+CREATE TABLE t0 (g int NOT NULL, h int NOT NULL, v int);
+CREATE INDEX ON t0 (g);
+CREATE INDEX ON t0 (h);
+INSERT INTO t0 SELECT i % 4, i % 5, i FROM generate_series(1, 20) i;
+CREATE TABLE sh_eager.t0 AS SELECT * FROM t0;
+SELECT $$
+  CREATE TABLE t0_g AS SELECT g, sum(v) AS v FROM t0 GROUP BY g;
+  CREATE TABLE t0_h AS SELECT h, count(*) AS n FROM t0 GROUP BY h;
+  CREATE TABLE t1 AS SELECT v, g FROM t0;
+  CREATE INDEX ON t1 (g);
+  DROP TABLE t0;
+$$ AS chain1, $$
+  CREATE TABLE t2 AS SELECT v, g FROM t1 WHERE v > 2;
+  CREATE TABLE t2_g AS SELECT g, sum(v) AS v, count(*) AS n FROM t1 GROUP BY g;
+  DROP TABLE t1;
+$$ AS chain2 \gset
+SET search_path = sh_eager;
+SELECT public.regress_eager(:'chain1');
+SELECT public.regress_eager(:'chain2');
+SET search_path = sh_lazy;
+SELECT leapfrog.start('shc1', :'chain1');
+SELECT leapfrog.start('shc2', :'chain2');
+SELECT * FROM t2 WHERE v = 7;
+SELECT * FROM sh_eager.t2 WHERE v = 7;
+-- a GROUP BY of t1 migrates its group's rows up the chain first (their
+-- carrier's groups in t0): g = 1 is v = 1, 5, 9, 13, 17
+SELECT * FROM t2_g WHERE g = 1;
+SELECT * FROM sh_eager.t2_g WHERE g = 1;
+SELECT leapfrog.complete('shc2');
+SELECT name, state FROM leapfrog.migrations WHERE name IN ('shc1', 'shc2') ORDER BY 1;
+SELECT * FROM public.regress_compare('sh_lazy.t2', 'sh_eager.t2');
+SELECT * FROM public.regress_compare('sh_lazy.t2_g', 'sh_eager.t2_g');
+SELECT * FROM public.regress_compare('sh_lazy.t0_g', 'sh_eager.t0_g');
+SELECT * FROM public.regress_compare('sh_lazy.t0_h', 'sh_eager.t0_h');
+
 DROP FUNCTION public.sh_left();
 DROP PROCEDURE public.sh_app(text);
 DROP SCHEMA sh_eager CASCADE;
