@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """What a point query costs on a table under migration.
 
-    .venv/bin/python bench/point_query.py [--migration row|group] [--rows 2000000]
+    .venv/bin/python bench/point_query.py [--migration row|group|group2] [--rows 2000000]
                                           [--rounds 5] [--seconds 4]
 
 On a throwaway cluster (the benchmark suite's settings, background workers
@@ -31,6 +31,13 @@ N/10 groups of ten, totals(g, total) = sum of a group's amounts.  A
 "row" is then a group: the SELECT and UPDATE go to totals by group key,
 and a fourth query updates one line of the group (the live input's
 trigger migrates the group first, as TPC-C's Delivery does).
+
+--migration group2 adds a second GROUP BY mapping of the same lines,
+htotals(h, total), by another key (h: a hundred lines of ten groups g
+scattered over the table), so the live input is tracked with a table of
+done keys per mapping: its trigger migrates a written line's group in
+both, and a query on totals migrates (or computes) totals' groups only.
+Against --migration group, the cost of the second mapping.
 """
 import argparse
 import re
@@ -65,6 +72,10 @@ GROUP_SCRIPT = """
   CREATE TABLE totals (g int PRIMARY KEY, total bigint);
   INSERT INTO totals SELECT g, sum(amt) FROM lines GROUP BY g;
 """
+GROUP2_SCRIPT = GROUP_SCRIPT + """
+  CREATE TABLE htotals (h int PRIMARY KEY, total bigint);
+  INSERT INTO htotals SELECT h, sum(amt) FROM lines GROUP BY h;
+"""
 # {t}: the totals table, {l}: its input
 GROUP_QUERIES = {
     "select": ("SELECT total FROM {t} WHERE g = :id;", {}),
@@ -85,19 +96,23 @@ def setup_rows(c, n):
     c.execute("ANALYZE acct")
 
 
-def setup_groups(c, n):
-    """n lines in n/10 groups; returns the number of groups."""
+def setup_groups(c, n, two):
+    """n lines in n/10 groups; returns the number of groups.  two: a second
+    GROUP BY mapping, by h (n/100 groups)."""
     groups = n // 10
     for t in ("lines", "plain_lines"):
         c.execute(f"CREATE TABLE {t} (g int NOT NULL, n int NOT NULL, amt int NOT NULL, "
-                  "PRIMARY KEY (g, n))")
-        c.execute(f"INSERT INTO {t} SELECT g, n, g + n FROM generate_series(1, %s) g, "
-                  "generate_series(1, 10) n ORDER BY g, n", (groups,))
+                  "h int NOT NULL, PRIMARY KEY (g, n))")
+        c.execute(f"INSERT INTO {t} SELECT g, n, g + n, (g * 7919) %% %s "
+                  "FROM generate_series(1, %s) g, generate_series(1, 10) n ORDER BY g, n",
+                  (max(groups // 10, 1), groups))
+        if two:
+            c.execute(f"CREATE INDEX ON {t} (h)")
         c.execute(f"VACUUM ANALYZE {t}")
     c.execute("CREATE TABLE plain (g int PRIMARY KEY, total bigint)")
     c.execute("INSERT INTO plain SELECT g, sum(amt) FROM plain_lines GROUP BY g")
     c.execute("VACUUM ANALYZE plain")
-    c.execute("SELECT leapfrog.start('pointq', %s)", (GROUP_SCRIPT,))
+    c.execute("SELECT leapfrog.start('pointq', %s)", (GROUP2_SCRIPT if two else GROUP_SCRIPT,))
     c.execute("UPDATE lines SET amt = amt WHERE g <= %s AND n = 1", (groups // 10,))
     c.execute("ANALYZE totals")
     return groups
@@ -113,7 +128,7 @@ def setup(cl, n, migration):
             keys, queries = n, ROW_QUERIES
             setup_rows(c, n)
         else:
-            keys, queries = setup_groups(c, n), GROUP_QUERIES
+            keys, queries = setup_groups(c, n, migration == "group2"), GROUP_QUERIES
         c.execute("CHECKPOINT")
     return keys, queries
 
@@ -143,8 +158,9 @@ def spread(xs):
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--migration", choices=["row", "group"], default="row",
-                    help="row: a 1:1 mapping (default); group: a GROUP BY mapping of a live input")
+    ap.add_argument("--migration", choices=["row", "group", "group2"], default="row",
+                    help="row: a 1:1 mapping (default); group: a GROUP BY mapping of a live "
+                         "input; group2: two GROUP BY mappings of it")
     ap.add_argument("--rows", type=int,
                     help="rows (row) or lines (group); default 2M and 10M: the pool of keys "
                          "not migrated must outlast the rounds")
@@ -157,14 +173,14 @@ def main():
     settings["leapfrog.background"] = "off"
     with Cluster(settings=settings, preload=True) as cl:
         cl.wait_ready()
-        rows = args.rows or {"row": 2_000_000, "group": 10_000_000}[args.migration]
+        rows = args.rows or {"row": 2_000_000}.get(args.migration, 10_000_000)
         n, queries = setup(cl, rows, args.migration)
         m = n // 10
         ratios = {q: {"first/migrated": [], "first/plain": [], "migrated/plain": []}
                   for q in queries}
         moved = {q: 0 for q in queries}
-        new = {"row": dict(t="acct"), "group": dict(t="totals", l="lines")}[args.migration]
-        plain = {"row": dict(t="plain"), "group": dict(t="plain", l="plain_lines")}[args.migration]
+        new = dict(t="acct") if args.migration == "row" else dict(t="totals", l="lines")
+        plain = dict(t="plain") if args.migration == "row" else dict(t="plain", l="plain_lines")
         for r in range(args.rounds):
             for q, (sql, env) in queries.items():
                 before = remaining(cl)
@@ -182,7 +198,7 @@ def main():
                 print(f"round {r + 1} {q:15s} plain {lat['plain']:7.1f} us  migrated "
                       f"{lat['migrated']:7.1f} us  first {lat['first']:7.1f} us  "
                       f"first/migrated {lat['first'] / lat['migrated']:.2f}", flush=True)
-    unit = {"row": "rows", "group": "groups of 10 lines"}[args.migration]
+    unit = "rows" if args.migration == "row" else "groups of 10 lines"
     print(f"\nmedians over {args.rounds} rounds (min-max), {n} {unit}, {m} migrated beforehand:")
     for q in queries:
         print(f"  {q:15s} " + "  ".join(f"{k} {spread(v)}" for k, v in ratios[q].items())

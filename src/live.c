@@ -5,9 +5,11 @@
  *
  * A GROUP BY mapping's input that the script does not drop stays live:
  * the application reads and writes it, and the mapping must read it as it
- * was at start().  When only GROUP BY mappings read the table and their
- * group keys' columns are NOT NULL (start.c, why_not_in_place), the table
- * is not replaced: it stays where it is, and the migration keeps
+ * was at start().  When only GROUP BY mappings read the table (or two or
+ * more and row mappings, whose rows move with the first one's groups:
+ * lf_keys_carrier) and their group keys' columns are NOT NULL (start.c,
+ * why_not_in_place), the table is not replaced: it stays where it is, and
+ * the migration keeps
  *
  *	- per mapping, a table of the keys of its groups migrated ("done
  *	  keys", D; leapfrog.mapping.done_keys), in
@@ -18,6 +20,10 @@
  *	  (pg_dump leaves it out), firing ALWAYS (replicas applying changes too),
  *	  that migrates the group of the old and of the new row first, in each
  *	  mapping.
+ *
+ * A table the script drops that several GROUP BY mappings read is tracked
+ * the same way, retired (start.c, track_shared_retired), without the
+ * trigger: nobody writes it.
  *
  * So a row written after start() only ever lands in a group already
  * migrated, and an unmigrated group holds exactly its rows at start(): the

@@ -77,7 +77,8 @@ typedef struct TidSet
 {
 	MemoryContext cxt;			/* outlives the executor that fills it */
 	Oid			input;
-	int			mapping_id;		/* the live mapping whose groups (LF_ITEM_MAPPING) */
+	int			mapping_id;		/* the mapping whose groups its rows need
+								 * (LF_ITEM_MAPPING), or 0 */
 	int			n;
 	int			cap;
 	ItemPointerData *tids;
@@ -1196,6 +1197,16 @@ static void
 keep_claim(LfClaim *claim, TidSet *rows)
 {
 	TidSet		all = {TopMemoryContext};
+
+	if (claim->n == 0)
+	{
+		if (claim->tids)
+			pfree(claim->tids);
+		claim->tids = MemoryContextAlloc(TopMemoryContext, sizeof(ItemPointerData) * Max(rows->n, 1));
+		memcpy(claim->tids, rows->tids, sizeof(ItemPointerData) * rows->n);
+		claim->n = rows->n;
+		return;
+	}
 
 	for (int i = 0; i < claim->n; i++)
 		tidset_add(&all, &claim->tids[i]);

@@ -14,6 +14,8 @@ Environment knobs:
 """
 
 import os
+import random
+import threading
 import time
 from pathlib import Path
 
@@ -499,3 +501,64 @@ def assert_same_tables(want, got, what):
                 "eager, e.g. %s" % (what, name, len(b), len(a), len(sb - sa),
                                     _short(sorted(sb - sa)[:3]), len(sa - sb),
                                     _short(sorted(sa - sb)[:3])))
+
+
+class ClientThreads:
+    """Threads each running `one(conn, rnd)` in a loop until stopped, on a
+    connection to dbname of cluster c (`setup(conn)` runs on each new one).
+    A connection error (a crash, a restart) makes a thread reconnect; the
+    `tolerated` errors (a conflict the workload can meet) are skipped; any
+    other is recorded in errors_seen and the thread reconnects."""
+
+    def __init__(self, c, dbname, n, seed, one, setup=None, tolerated=()):
+        self.c, self.dbname, self.one, self.setup = c, dbname, one, setup
+        self.tolerated = tuple(tolerated)
+        self.stop_ev = threading.Event()
+        self.committed, self.errors_seen = 0, []
+        self.lock = threading.Lock()
+        self.threads = [threading.Thread(target=self._run, args=(seed + i,), daemon=True)
+                        for i in range(n)]
+
+    def _run(self, seed):
+        rnd = random.Random(seed)
+        conn = None
+        while not self.stop_ev.is_set():
+            try:
+                if conn is None:
+                    conn = self.c.connect(self.dbname)
+                    if self.setup:
+                        self.setup(conn)
+                self.one(conn, rnd)
+                with self.lock:
+                    self.committed += 1
+            except (psycopg.OperationalError, psycopg.errors.AdminShutdown,
+                    psycopg.errors.CrashShutdown, psycopg.errors.CannotConnectNow):
+                conn = None
+                time.sleep(0.1)
+            except self.tolerated:
+                pass
+            except psycopg.Error as e:
+                with self.lock:
+                    self.errors_seen.append(repr(e))
+                conn = None
+        if conn is not None:
+            conn.close()
+
+    def start(self):
+        for t in self.threads:
+            t.start()
+
+    def stop(self):
+        self.stop_ev.set()
+        for t in self.threads:
+            t.join(30)
+
+    def wait_committed(self, n, timeout):
+        """Whether n more transactions committed within timeout seconds."""
+        target = self.committed + n
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.committed >= target:
+                return True
+            time.sleep(0.05)
+        return False

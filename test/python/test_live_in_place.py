@@ -17,15 +17,13 @@ after each crash with nobody migrating and at the end:
 """
 
 import os
-import random
 import signal
-import threading
 import time
 
 import psycopg
 import pytest
 
-from support import MOCK, needs_real_extension, wait_until
+from support import MOCK, ClientThreads, needs_real_extension, wait_until
 
 N_ORDERS = 6000
 SCRIPT = """
@@ -54,18 +52,9 @@ def setup(make_cluster, **gucs):
     return c
 
 
-class LineWriters:
-    """Threads writing lines and reading totals until stopped; a connection
-    error (the crash) makes a thread reconnect."""
-
-    def __init__(self, c, n, seed):
-        self.c, self.stop_ev = c, threading.Event()
-        self.committed, self.errors_seen = 0, []
-        self.lock = threading.Lock()
-        self.threads = [threading.Thread(target=self._run, args=(seed + i,), daemon=True)
-                        for i in range(n)]
-
-    def _one(self, conn, rnd):
+def line_writers(c, n, seed):
+    """Threads writing lines and reading totals until stopped (support.py)."""
+    def one(conn, rnd):
         o = rnd.randint(1, N_ORDERS + 500)       # some orders are new
         kind = rnd.random()
         with conn.transaction():
@@ -82,48 +71,10 @@ class LineWriters:
             else:
                 conn.execute("SELECT * FROM total WHERE o = %s", [o]).fetchall()
 
-    def _run(self, seed):
-        rnd = random.Random(seed)
-        conn = None
-        while not self.stop_ev.is_set():
-            try:
-                if conn is None:
-                    conn = self.c.connect("app")
-                self._one(conn, rnd)
-                with self.lock:
-                    self.committed += 1
-            except (psycopg.OperationalError, psycopg.errors.AdminShutdown,
-                    psycopg.errors.CrashShutdown, psycopg.errors.CannotConnectNow):
-                conn = None
-                time.sleep(0.1)
-            except psycopg.errors.SerializationFailure:
-                pass
-            except psycopg.errors.DeadlockDetected:
-                pass                            # two writers moving lines across orders
-            except psycopg.Error as e:
-                with self.lock:
-                    self.errors_seen.append(repr(e))
-                conn = None
-        if conn is not None:
-            conn.close()
-
-    def start(self):
-        for t in self.threads:
-            t.start()
-
-    def stop(self):
-        self.stop_ev.set()
-        for t in self.threads:
-            t.join(30)
-
-    def wait_committed(self, n, timeout):
-        target = self.committed + n
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.committed >= target:
-                return True
-            time.sleep(0.05)
-        return False
+    # two writers moving lines across orders can deadlock
+    return ClientThreads(c, "app", n, seed, one,
+                         tolerated=(psycopg.errors.SerializationFailure,
+                                    psycopg.errors.DeadlockDetected))
 
 
 def check_exactly_once(c):
@@ -170,7 +121,7 @@ def test_live_in_place_survives_kill_postmaster_and_worker(make_cluster):
                                "leapfrog.batch_size": 300,
                                "leapfrog.background_naptime": 200})
     total_rows = c.sql("SELECT count(*) FROM lines", dbname="app")[0][0]
-    writers = LineWriters(c, 4, seed=7)
+    writers = line_writers(c, 4, seed=7)
     writers.start()
     try:
         assert writers.wait_committed(50, 60), writers.errors_seen[:5]

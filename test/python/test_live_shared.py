@@ -20,15 +20,13 @@ mid-migration (after a worker is killed) and at the end:
 """
 
 import os
-import random
 import signal
-import threading
 import time
 
 import psycopg
 import pytest
 
-from support import MOCK, needs_real_extension, wait_until
+from support import MOCK, ClientThreads, needs_real_extension, wait_until
 
 N_ORDERS = 20000
 N_CUST = 3000
@@ -68,18 +66,10 @@ def setup(make_cluster, **gucs):
     return c
 
 
-class Writers:
-    """Threads writing orders and reading both new tables until stopped; a
-    connection error (a crash) makes a thread reconnect."""
-
-    def __init__(self, c, n, seed):
-        self.c, self.stop_ev = c, threading.Event()
-        self.committed, self.errors_seen = 0, []
-        self.lock = threading.Lock()
-        self.threads = [threading.Thread(target=self._run, args=(seed + i,), daemon=True)
-                        for i in range(n)]
-
-    def _one(self, conn, rnd):
+def writers(c, n, seed):
+    """Threads writing orders and reading both new tables until stopped
+    (support.py)."""
+    def one(conn, rnd):
         oid = rnd.randint(1, N_ORDERS)
         kind = rnd.random()
         with conn.transaction():
@@ -104,47 +94,10 @@ class Writers:
                 conn.execute("SELECT * FROM day_total WHERE day = %s",
                              [rnd.randint(0, N_DAYS)]).fetchall()
 
-    def _run(self, seed):
-        rnd = random.Random(seed)
-        conn = None
-        while not self.stop_ev.is_set():
-            try:
-                if conn is None:
-                    conn = self.c.connect("app")
-                    conn.execute("SET leapfrog.read_mode = migrate")
-                self._one(conn, rnd)
-                with self.lock:
-                    self.committed += 1
-            except (psycopg.OperationalError, psycopg.errors.AdminShutdown,
-                    psycopg.errors.CrashShutdown, psycopg.errors.CannotConnectNow):
-                conn = None
-                time.sleep(0.1)
-            except psycopg.errors.DeadlockDetected:
-                pass            # two writers claiming a customer and a day in turn
-            except psycopg.Error as e:
-                with self.lock:
-                    self.errors_seen.append(repr(e))
-                conn = None
-        if conn is not None:
-            conn.close()
-
-    def start(self):
-        for t in self.threads:
-            t.start()
-
-    def stop(self):
-        self.stop_ev.set()
-        for t in self.threads:
-            t.join(30)
-
-    def wait_committed(self, n, timeout):
-        target = self.committed + n
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.committed >= target:
-                return True
-            time.sleep(0.05)
-        return False
+    # two writers claiming a customer and a day in turn can deadlock
+    return ClientThreads(c, "app", n, seed, one,
+                         setup=lambda conn: conn.execute("SET leapfrog.read_mode = migrate"),
+                         tolerated=(psycopg.errors.DeadlockDetected,))
 
 
 def diff(conn, table):
@@ -180,10 +133,10 @@ def test_two_group_mappings_of_one_live_table(make_cluster):
                                "leapfrog.background_naptime": 200})
     start_left = left(c)
     assert start_left == 2 * N_ORDERS, "each row counts once per mapping: %d" % start_left
-    writers = Writers(c, 4, seed=11)
-    writers.start()
+    clients = writers(c, 4, seed=11)
+    clients.start()
     try:
-        assert writers.wait_committed(100, 60), writers.errors_seen[:5]
+        assert clients.wait_committed(100, 60), clients.errors_seen[:5]
         wait_until(lambda: left(c) <= start_left * 0.8, 120, interval=0.05,
                    what="a fifth of the rows migrated")
         done = check_eager(c)
@@ -198,11 +151,11 @@ def test_two_group_mappings_of_one_live_table(make_cluster):
             os.kill(pid, signal.SIGKILL)
         print("%d worker(s) killed with %d of %d rows left" % (len(pids), before, start_left))
         time.sleep(1)
-        assert writers.wait_committed(100, 120), writers.errors_seen[:5]
+        assert clients.wait_committed(100, 120), clients.errors_seen[:5]
         check_eager(c)
     finally:
-        writers.stop()
-    assert writers.errors_seen == [], writers.errors_seen[:5]
+        clients.stop()
+    assert clients.errors_seen == [], clients.errors_seen[:5]
     check_eager(c)
     with c.connect("app") as conn:
         conn.execute("SELECT leapfrog.complete('totals')")
