@@ -1747,6 +1747,20 @@ track_shared_retired(StartState *st)
 		if ((why = why_not_in_place(st, relid)) != NULL)
 			refuse_shared_groups(lfirst(lc2), why);
 		track_by_keys(st, relid, NULL);
+		if (st->planning)
+		{
+			ListCell   *lc3;
+
+			/* its retirement's row says how it is tracked */
+			foreach(lc3, st->plan)
+			{
+				PlanNote   *n = lfirst(lc3);
+
+				if (strcmp(n->action, "retire") == 0 && strcmp(n->input, lfirst(lc2)) == 0)
+					n->detail = "kept in leapfrog_retired until its rows have moved, "
+						"tracked by keys: several GROUP BY mappings read it, each its own groups";
+			}
+		}
 	}
 }
 

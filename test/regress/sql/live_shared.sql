@@ -225,6 +225,7 @@ $$ AS dropped \gset
 SET search_path = sh_eager;
 SELECT public.regress_eager(:'dropped');
 SET search_path = sh_lazy;
+SELECT action, input, detail FROM leapfrog.plan(:'dropped') WHERE action NOT IN ('mapping', 'run');
 SELECT leapfrog.start('shd', :'dropped');
 SELECT to_regclass('sh_lazy.src') AS src_gone;
 SELECT i.orig_name, i.live_keys IS NOT NULL AS tracked_by_keys,
