@@ -241,9 +241,16 @@ UPDATE sh_eager.by_b SET top = top + 100 WHERE b = 2 RETURNING *;
 -- a row of src_v2 by its key migrates its a-group (a = 2: the rows with
 -- c = 2, 5 and 11; c = 8 was deleted before start)
 SELECT * FROM src_v2 WHERE c = 5;
-SELECT format('SELECT array_agg(a ORDER BY a) AS a_groups_migrated FROM %s', p.done_keys::regclass)
-  FROM leapfrog.mapping p JOIN leapfrog.migration m ON m.id = p.migration_id
- WHERE m.name = 'shd' ORDER BY p.id LIMIT 1 \gexec
+CREATE FUNCTION pg_temp.a_groups_migrated() RETURNS int[] LANGUAGE plpgsql AS $$
+DECLARE r int[];
+BEGIN
+  EXECUTE format('SELECT array_agg(a ORDER BY a) FROM %s',
+                 (SELECT p.done_keys::regclass FROM leapfrog.mapping p
+                    JOIN leapfrog.migration m ON m.id = p.migration_id
+                   WHERE m.name = 'shd' ORDER BY p.id LIMIT 1)) INTO r;
+  RETURN r;
+END $$;
+SELECT pg_temp.a_groups_migrated();
 UPDATE src_v2 SET b = -1 WHERE c = 50 RETURNING *;
 UPDATE sh_eager.src_v2 SET b = -1 WHERE c = 50 RETURNING *;
 SELECT leapfrog.remaining('shd');
