@@ -1579,19 +1579,19 @@ describe_pending(PendingMapping *pm, LfMapping *m)
 }
 
 /*
- * Why input relid, which the script keeps, cannot be tracked in place
- * (live.c), or NULL if it can: every mapping of the script that reads it is
+ * Why input relid, which the script keeps (live) or drops, cannot be
+ * tracked by keys (live.c), or NULL if it can: every mapping of the script that reads it is
  * a GROUP BY mapping of it alone, and the script neither replaces it nor
  * reads a table still being filled; live.c checks the table and each
  * mapping's key (NOT NULL key columns, no rules, no row security, no
  * BEFORE row trigger firing after its own).
  */
 static const char *
-why_not_in_place(StartState *st, Oid relid)
+why_not_in_place(StartState *st, Oid relid, bool live)
 {
 	ListCell   *lc;
 
-	if (!lf_track_live_inputs)
+	if (live && !lf_track_live_inputs)
 		return "leapfrog.track_live_inputs is off";
 	if (replacement_of(st, relid))
 		return "the script alters it";
@@ -1703,7 +1703,7 @@ keep_live_inputs(StartState *st)
 
 			if (list_member_oid(st->retired, relid) || list_member_oid(st->live, relid))
 				continue;
-			if ((why = why_not_in_place(st, relid)) != NULL)
+			if ((why = why_not_in_place(st, relid, true)) != NULL)
 			{
 				if (unit_readers(st, relid) > 1)
 					refuse_shared_groups(get_rel_name(relid), why);
@@ -1744,7 +1744,7 @@ track_shared_retired(StartState *st)
 
 		if (unit_readers(st, relid) < 2)
 			continue;
-		if ((why = why_not_in_place(st, relid)) != NULL)
+		if ((why = why_not_in_place(st, relid, false)) != NULL)
 			refuse_shared_groups(lfirst(lc2), why);
 		track_by_keys(st, relid, NULL);
 		if (st->planning)
