@@ -766,6 +766,13 @@ lf_catalog_add_input(int migration_id, Oid relid, const char *orig_name, bool in
 	SPI_finish();
 }
 
+/* Whether the catalog has mapping.done_keys (a 0.1 catalog from before it has not). */
+static bool
+mapping_has_done_keys(void)
+{
+	return get_attnum(lf_catalog_table("mapping"), "done_keys") != InvalidAttrNumber;
+}
+
 void
 lf_catalog_add_mapping(int migration_id, Oid input, Oid target, const char *query,
 					   Oid done_keys)
@@ -775,7 +782,7 @@ lf_catalog_add_mapping(int migration_id, Oid input, Oid target, const char *quer
 		ObjectIdGetDatum(target), CStringGetTextDatum(query), ObjectIdGetDatum(done_keys)};
 
 	spi_connect();
-	if (get_attnum(lf_catalog_table("mapping"), "done_keys") == InvalidAttrNumber)
+	if (!mapping_has_done_keys())
 	{
 		/* a catalog older than mapping.done_keys: input.live_keys only */
 		catalog_sql("SELECT FROM leapfrog.input WHERE relid OPERATOR(pg_catalog.=) $2 "
@@ -947,26 +954,18 @@ lf_catalog_done_inputs(MemoryContext cxt)
 	uint64		i;
 
 	spi_connect();
-	catalog_sql(get_attnum(lf_catalog_table("mapping"), "done_keys") != InvalidAttrNumber ?
-				"SELECT t.relid FROM leapfrog.migration m, "
-				"LATERAL (SELECT i.relid FROM leapfrog.input i "
-				"WHERE i.migration_id OPERATOR(pg_catalog.=) m.id "
-				"UNION ALL SELECT p.done_keys FROM leapfrog.mapping p "
-				"WHERE p.migration_id OPERATOR(pg_catalog.=) m.id) t(relid) "
-				"WHERE m.state OPERATOR(pg_catalog.=) 'done' "
-				"AND EXISTS (SELECT 1 FROM pg_catalog.pg_class c "
-				"JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace "
-				"WHERE c.oid OPERATOR(pg_catalog.=) t.relid "
-				"AND n.nspname OPERATOR(pg_catalog.=) 'leapfrog_retired')" :
-	/* a catalog older than mapping.done_keys */
-				"SELECT t.relid FROM leapfrog.input i JOIN leapfrog.migration m "
-				"ON m.id OPERATOR(pg_catalog.=) i.migration_id, "
-				"LATERAL (VALUES (i.relid), (i.live_keys)) t(relid) "
-				"WHERE m.state OPERATOR(pg_catalog.=) 'done' "
-				"AND EXISTS (SELECT 1 FROM pg_catalog.pg_class c "
-				"JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace "
-				"WHERE c.oid OPERATOR(pg_catalog.=) t.relid "
-				"AND n.nspname OPERATOR(pg_catalog.=) 'leapfrog_retired')",
+	/* the retired tables and tables of done keys still in leapfrog_retired */
+	catalog_sql(psprintf("SELECT t.relid FROM leapfrog.input i JOIN leapfrog.migration m "
+						 "ON m.id OPERATOR(pg_catalog.=) i.migration_id, "
+						 "LATERAL (VALUES (i.relid), (i.live_keys)%s) t(relid) "
+						 "WHERE m.state OPERATOR(pg_catalog.=) 'done' "
+						 "AND EXISTS (SELECT 1 FROM pg_catalog.pg_class c "
+						 "JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace "
+						 "WHERE c.oid OPERATOR(pg_catalog.=) t.relid "
+						 "AND n.nspname OPERATOR(pg_catalog.=) 'leapfrog_retired')",
+						 mapping_has_done_keys() ?
+						 " UNION ALL SELECT p.done_keys FROM leapfrog.mapping p "
+						 "WHERE p.input_relid OPERATOR(pg_catalog.=) i.relid" : ""),
 				0, NULL, NULL, false, SPI_OK_SELECT);
 	for (i = 0; i < SPI_processed; i++)
 	{

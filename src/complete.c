@@ -243,16 +243,6 @@ lf_analyze_targets(Oid owner, List *targets)
 }
 
 /*
- * Complete mig if no input row is left; false if some are.  With
- * analyze_later NULL the new tables are analyzed in this transaction
- * (leapfrog.complete()); otherwise *analyze_later gets them, allocated in
- * TopMemoryContext, for lf_analyze_targets in a transaction of the
- * caller's after this one commits.  Why later: every statement on the new
- * tables runs its relevance queries until the migration is seen done, and
- * the ANALYZE took 2-2.5 s of a TPC-C run at saturation (W=10), with no
- * row left to migrate.  Plans made in between are rebuilt after it.
- */
-/*
  * The inputs of mig to drop at completion: all but the live tables tracked
  * in place (a retired one tracked by keys is in leapfrog_retired).
  */
@@ -269,6 +259,16 @@ retired_inputs(LfMigration *mig)
 	return result;
 }
 
+/*
+ * Complete mig if no input row is left; false if some are.  With
+ * analyze_later NULL the new tables are analyzed in this transaction
+ * (leapfrog.complete()); otherwise *analyze_later gets them, allocated in
+ * TopMemoryContext, for lf_analyze_targets in a transaction of the
+ * caller's after this one commits.  Why later: every statement on the new
+ * tables runs its relevance queries until the migration is seen done, and
+ * the ANALYZE took 2-2.5 s of a TPC-C run at saturation (W=10), with no
+ * row left to migrate.  Plans made in between are rebuilt after it.
+ */
 bool
 lf_try_complete(LfMigration *mig, List **analyze_later)
 {

@@ -388,8 +388,8 @@ leapfrog_correct_row(PG_FUNCTION_ARGS)
 
 /*
  * Whether the group of row tid in live mapping m migrates now, in a
- * subtransaction of its own, kept if it does; false if it fails.  A lock or
- * serialization conflict, or a cancel, says nothing of the rows: thrown.
+ * subtransaction of its own, kept if it does; false if it fails.  A
+ * transient error (lf_transient_error) says nothing of the rows: thrown.
  */
 static bool
 group_migrates(LfMigration *mig, LfMapping *m, ItemPointer tid)
@@ -411,10 +411,7 @@ group_migrates(LfMigration *mig, LfMapping *m, ItemPointer tid)
 	{
 		ErrorData  *e = lf_abort_with_error(cxt, true, owner);
 
-		if (e->sqlerrcode == ERRCODE_T_R_SERIALIZATION_FAILURE ||
-			e->sqlerrcode == ERRCODE_T_R_DEADLOCK_DETECTED ||
-			e->sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE ||
-			e->sqlerrcode == ERRCODE_QUERY_CANCELED)
+		if (lf_transient_error(e))
 			ReThrowError(e);
 		FreeErrorData(e);
 		ok = false;

@@ -129,6 +129,19 @@ lf_abort_with_error(MemoryContext cxt, bool subxact, ResourceOwner owner)
 	return edata;
 }
 
+/*
+ * An error that says nothing about the rows a step migrates: a lock or
+ * serialization conflict, a cancel.  The rows stay for later.
+ */
+static inline bool
+lf_transient_error(ErrorData *e)
+{
+	return e->sqlerrcode == ERRCODE_T_R_SERIALIZATION_FAILURE ||
+		e->sqlerrcode == ERRCODE_T_R_DEADLOCK_DETECTED ||
+		e->sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE ||
+		e->sqlerrcode == ERRCODE_QUERY_CANCELED;
+}
+
 /* catalog.c */
 typedef enum LfMappingKind
 {

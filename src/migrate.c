@@ -1851,6 +1851,7 @@ prepare_statement(QueryDesc *qd, List *items)
 	ListCell   *lc;
 	List	   *live = NIL;
 	List	   *before_start = NIL;
+	List	   *locked = NIL;		/* ids of the migrations locked */
 	bool		over = false;
 	bool		all_standalone = true;
 
@@ -1861,27 +1862,30 @@ prepare_statement(QueryDesc *qd, List *items)
 		lf_cache_load();
 
 	/*
-	 * A join's relevance plans read its other input too, and a live
-	 * mapping's read its table of done keys, which the executor opens
-	 * without a lock (it expects the plan's relations locked): lock every
-	 * input and table of done keys of the items' migrations, or a completion
-	 * could drop one under the plan ("relation deleted while still in use").  A completion
-	 * marks the migration done and drops the inputs in one transaction: an
-	 * input gone means the cache, current again, no longer lists it.
+	 * A join's relevance plans read its other input too, and those of an
+	 * input tracked by keys its tables of done keys, which the executor
+	 * opens without a lock (it expects the plan's relations locked): lock
+	 * every input and table of done keys of the items' migrations, once
+	 * each, or a completion could drop one under the plan ("relation
+	 * deleted while still in use").  A completion marks the migration done
+	 * and drops the inputs in one transaction: an input gone means the
+	 * cache, current again, no longer lists it.
 	 */
 	foreach(lc, items)
 	{
 		LfMigration *mig = lf_migration_by_input(lf_item_input(lfirst(lc)));
 		ListCell   *li;
 
-		if (mig && list_length(mig->inputs) > 1)
+		if (mig == NULL || list_member_int(locked, mig->id))
+			continue;
+		locked = lappend_int(locked, mig->id);
+		if (list_length(mig->inputs) > 1)
 			foreach(li, mig->inputs)
 				(void) lf_lock_input_if_exists(lfirst_oid(li), AccessShareLock);
-		/* the tables of done keys the anti-joins of live mappings read, too */
-		if (mig)
-			foreach(li, mig->live_keys)
-				(void) lf_lock_input_if_exists(lfirst_oid(li), AccessShareLock);
+		foreach(li, mig->live_keys)
+			(void) lf_lock_input_if_exists(lfirst_oid(li), AccessShareLock);
 	}
+	list_free(locked);
 	if (!lf_cache_valid)
 		lf_cache_load();
 

@@ -78,7 +78,8 @@ typedef struct PendingMapping
 	char	   *query;			/* nodeToString of the mapping Query */
 	RawStmt    *rs;				/* its statement */
 	int			stmt_no;		/* its position in the script, from 1 */
-	Oid			done_keys;		/* its input tracked in place: its keys (live.c) */
+	Oid			done_keys;		/* input tracked by keys: its table of done keys,
+								 * or its carrier's (live.c) */
 } PendingMapping;
 
 /* Does the mapping read relid? */
@@ -116,6 +117,19 @@ typedef struct StartState
 	int			ran;			/* the last statement run_script began */
 	List	   *plan;			/* PlanNote */
 } StartState;
+
+/* How many group or join mappings of the script read relid. */
+static int
+unit_readers(StartState *st, Oid relid)
+{
+	ListCell   *lc;
+	int			n = 0;
+
+	foreach(lc, st->mappings)
+		if (((PendingMapping *) lfirst(lc))->kind != LF_MAP_ROWS && pm_reads(lfirst(lc), relid))
+			n++;
+	return n;
+}
 
 /*
  * What one statement of the script does, for leapfrog.plan(): a mapping, a
@@ -1181,6 +1195,9 @@ do_drop(StartState *st, RawStmt *rs)
 				refuse(errmsg("DROP TABLE ... CASCADE of a mapping input is not supported"));
 			if (st->planning)
 				plan_note(st, st->current, "retire", relid,
+						  unit_readers(st, relid) > 1 ?
+						  "kept in leapfrog_retired until its rows have moved, tracked by keys: "
+						  "several GROUP BY mappings read it, each its own groups" :
 						  "kept in leapfrog_retired until its rows have moved")->target = NULL;
 			retire(st, rs, relid);
 		}
@@ -1555,19 +1572,6 @@ is_side_catalog_change(Node *stmt)
 	}
 }
 
-/* How many group or join mappings of the script read relid. */
-static int
-unit_readers(StartState *st, Oid relid)
-{
-	ListCell   *lc;
-	int			n = 0;
-
-	foreach(lc, st->mappings)
-		if (((PendingMapping *) lfirst(lc))->kind != LF_MAP_ROWS && pm_reads(lfirst(lc), relid))
-			n++;
-	return n;
-}
-
 /* Into *m, the description of pending mapping pm (units.c). */
 static void
 describe_pending(PendingMapping *pm, LfMapping *m)
@@ -1747,20 +1751,6 @@ track_shared_retired(StartState *st)
 		if ((why = why_not_in_place(st, relid, false)) != NULL)
 			refuse_shared_groups(lfirst(lc2), why);
 		track_by_keys(st, relid, NULL);
-		if (st->planning)
-		{
-			ListCell   *lc3;
-
-			/* its retirement's row says how it is tracked */
-			foreach(lc3, st->plan)
-			{
-				PlanNote   *n = lfirst(lc3);
-
-				if (strcmp(n->action, "retire") == 0 && strcmp(n->input, lfirst(lc2)) == 0)
-					n->detail = "kept in leapfrog_retired until its rows have moved, "
-						"tracked by keys: several GROUP BY mappings read it, each its own groups";
-			}
-		}
 	}
 }
 

@@ -797,19 +797,6 @@ batch_work(Batch *b, LfMigration *mig)
 		b->waiting = true;		/* another worker finishes the pass and checks it */
 }
 
-/*
- * An error that says nothing about the rows: a lock or serialization
- * conflict, a cancel.  The rows stay for a later batch.
- */
-static bool
-transient_error(ErrorData *e)
-{
-	return e->sqlerrcode == ERRCODE_T_R_SERIALIZATION_FAILURE ||
-		e->sqlerrcode == ERRCODE_T_R_DEADLOCK_DETECTED ||
-		e->sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE ||
-		e->sqlerrcode == ERRCODE_QUERY_CANCELED;
-}
-
 /* A batch in a transaction of its own; its errors are logged, not thrown. */
 static void
 run_batch(Batch *b)
@@ -842,7 +829,7 @@ run_batch(Batch *b)
 		b->analyze = NIL;
 		b->more = false;
 		b->waiting = false;
-		b->failed = !transient_error(edata);
+		b->failed = !lf_transient_error(edata);
 		ereport(LOG,
 				(errmsg("leapfrog: background batch failed: %s", edata->message)));
 	}
@@ -940,7 +927,7 @@ fail_on_bad_row(Batch *b)
 			e = lf_abort_with_error(TopMemoryContext, false, NULL);
 		}
 		PG_END_TRY();
-		if (e && transient_error(e))
+		if (e && lf_transient_error(e))
 		{
 			/* a conflict with another transaction: the row stays for later */
 			ereport(LOG,
