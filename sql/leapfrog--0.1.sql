@@ -43,7 +43,8 @@ CREATE TABLE leapfrog.input (
     -- eagerly, a snapshot older than start() still sees its rows in it
     -- (docs/design.md, "Snapshots older than the switch or the completion").
     in_place     boolean NOT NULL DEFAULT false,
-    -- An input the script keeps, read by GROUP BY mappings only, tracked
+    -- An input the script keeps, read by GROUP BY mappings (and maybe row
+    -- mappings, carried by the first one's groups), tracked
     -- in place: relid is the live table itself, and this table holds the
     -- keys of the groups migrated of the first mapping that reads it (each
     -- has one: mapping.done_keys; docs/design.md, "Inputs that stay live").

@@ -5,9 +5,9 @@
  *
  * A GROUP BY mapping's input that the script does not drop stays live:
  * the application reads and writes it, and the mapping must read it as it
- * was at start().  When only GROUP BY mappings read the table (or two or
- * more and row mappings, whose rows move with the first one's groups:
- * lf_keys_carrier) and their group keys' columns are NOT NULL (start.c,
+ * was at start().  When GROUP BY mappings read the table, and otherwise
+ * only row mappings, whose rows move with the first one's groups
+ * (lf_keys_carrier), and their group keys' columns are NOT NULL (start.c,
  * why_not_in_place), the table is not replaced: it stays where it is, and
  * the migration keeps
  *

@@ -1585,7 +1585,8 @@ describe_pending(PendingMapping *pm, LfMapping *m)
 /*
  * Why input relid, which the script keeps (live) or drops, cannot be
  * tracked by keys (live.c), or NULL if it can: every mapping of the script that reads it is
- * a GROUP BY mapping of it alone, and the script neither replaces it nor
+ * a GROUP BY mapping of it alone, or a row mapping beside one (carried by
+ * the first one's groups), and the script neither replaces it nor
  * reads a table still being filled; live.c checks the table and each
  * mapping's key (NOT NULL key columns, no rules, no row security, no
  * BEFORE row trigger firing after its own).
@@ -1610,7 +1611,7 @@ why_not_in_place(StartState *st, Oid relid, bool live)
 		if (!pm_reads(pm, relid))
 			continue;
 		/* row mappings ride on the first GROUP BY mapping's groups */
-		if (pm->kind == LF_MAP_ROWS && unit_readers(st, relid) > 1)
+		if (pm->kind == LF_MAP_ROWS && unit_readers(st, relid) > 0)
 			continue;
 		if (pm->kind != LF_MAP_GROUPS || pm->ninputs != 1)
 			return unit_readers(st, relid) > 1 ? "a join mapping reads it" :
@@ -1672,7 +1673,8 @@ track_by_keys(StartState *st, Oid relid, Oid *trigger)
  * application keeps reading and writing it, and the mapping must read it
  * as it was at start().
  *
- * Read by GROUP BY mappings only, it is tracked in place (live.c): it stays
+ * Read by GROUP BY mappings (and maybe row mappings, whose rows move with the
+ * first one's groups), it is tracked in place (live.c): it stays
  * where it is, a trigger migrates a row's groups before a write touches
  * it, and a table of done keys per mapping records the groups migrated.
  * Creating the trigger takes ShareRowExclusiveLock with the switch's

@@ -2130,7 +2130,8 @@ def _with_tracked_in_place(case):
     other columns (sib_total, tracked with a table of done keys of its own;
     a dropped input is then tracked by keys too), and sometimes a row
     mapping (sib_rows, whose rows move with the first mapping's groups),
-    read and written by the workload."""
+    read and written by the workload; a live input with one GROUP BY
+    mapping may get the row mapping alone."""
     case.tracked = case.shared = False
     tr = random.Random("tracked-%d" % case.seed)
     src = case.src
@@ -2174,15 +2175,8 @@ def _with_tracked_in_place(case):
             else:
                 case.script += "\n" + sib
             case.shared = True
-            ids = [r[0] for r in case.rows] or [0]
-            for _ in range(tr.randint(3, 6) if rows_too else 0):
-                r = tr.random()
-                i = tr.choice(ids)
-                st = (Stmt("SELECT * FROM sib_rows WHERE id = %s", [i]) if r < 0.5 else
-                      Stmt("UPDATE sib_rows SET id = id WHERE id = %s RETURNING id", [i])
-                      if r < 0.8 else Stmt("SELECT count(*), count(DISTINCT id) FROM sib_rows"))
-                spots = [i for i, w in enumerate(case.workload) if w.session == 0] or [0]
-                case.workload.insert(tr.choice(spots + [len(case.workload)]), st)
+            if rows_too:
+                _sib_rows_workload(tr, case)
             vals = [r[names.index(col)] for r in case.rows] or [0]
             for _ in range(tr.randint(4, 10)):
                 r = tr.random()
@@ -2205,8 +2199,27 @@ def _with_tracked_in_place(case):
                               [tr.choice([r[0] for r in case.rows] or [0])], ordered=True)
                 spots = [i for i, w in enumerate(case.workload) if w.session == 0] or [0]
                 case.workload.insert(tr.choice(spots + [len(case.workload)]), st)
+    elif tr.random() < 0.5:
+        # the row mapping alone: its rows move with the one mapping's groups
+        case.script += "\nCREATE TABLE sib_rows AS SELECT * FROM %s WHERE id %% 3 <> 1;" % src
+        case.shared = True
+        _sib_rows_workload(tr, case)
     case.churn.append("ALTER TABLE %s %s" % (src, ", ".join(
         "ALTER COLUMN %s SET NOT NULL" % k for k in not_null)))
+
+
+def _sib_rows_workload(tr, case):
+    """Reads and writes of sib_rows, the row mapping of a table tracked by
+    keys, in the workload's first session."""
+    ids = [r[0] for r in case.rows] or [0]
+    for _ in range(tr.randint(3, 6)):
+        r = tr.random()
+        i = tr.choice(ids)
+        st = (Stmt("SELECT * FROM sib_rows WHERE id = %s", [i]) if r < 0.5 else
+              Stmt("UPDATE sib_rows SET id = id WHERE id = %s RETURNING id", [i])
+              if r < 0.8 else Stmt("SELECT count(*), count(DISTINCT id) FROM sib_rows"))
+        spots = [i for i, w in enumerate(case.workload) if w.session == 0] or [0]
+        case.workload.insert(tr.choice(spots + [len(case.workload)]), st)
 
 
 def _live_stmt(rng, info, case):
@@ -2598,6 +2611,15 @@ def _run_case(a, b, case, a2=None, b2=None):
     assert public_tables(a) == public_tables(b), \
         "tables after start differ: %r vs %r\n%s" % (public_tables(a), public_tables(b),
                                                      describe(case))
+    if getattr(case, "tracked", False):
+        # the case is what it was made to be: every mapping of src tracked by keys
+        untracked = b.execute(
+            "SELECT p.target_relid::regclass::text FROM leapfrog.mapping p"
+            " JOIN leapfrog.migration m ON m.id = p.migration_id"
+            " JOIN leapfrog.input i ON i.migration_id = m.id AND i.relid = p.input_relid"
+            " WHERE m.name = %s AND i.orig_name LIKE %s AND p.done_keys IS NULL",
+            [case.name, "%." + case.src]).fetchall()
+        assert not untracked, "not tracked by keys: %r\n%s" % (untracked, describe(case))
     conns = {0: (a, b), 1: (a2, b2)}
     diverged = {0: False, 1: False}  # a (permitted) 40001 in the lazy run only
     _run_workload(case, case.workload, conns, iso, diverged, case.name)
@@ -2742,34 +2764,44 @@ def test_differential_snapshots(diff_cluster, seed):
         seed, [i for _, s_, i, _ in SERIALIZATION_FAILURES if s_ == seed]))
 
 
+def _tracked_kind(case):
+    """Which way _with_tracked_in_place made a case: "shared" (a second
+    GROUP BY mapping of the input), "rows" (a row mapping of the live
+    input beside its one GROUP BY mapping), "single", or None."""
+    if not getattr(case, "tracked", False):
+        return None
+    if not case.shared:
+        return "single"
+    return "shared" if "sib_total" in case.script else "rows"
+
+
 def _tracked_seeds():
-    """GROUP BY cases whose live input is tracked in place (about 1% of the
+    """GROUP BY cases whose input is tracked by keys (about 1% of the
     seeds: _with_tracked_in_place), found by generating cases from 70000
-    on: LEAPFROG_DIFF_TRACKED_COUNT of them (default 12), half with a
-    second GROUP BY mapping of the input; odd positions run with the
-    worker."""
+    on: LEAPFROG_DIFF_TRACKED_COUNT of them (default 12), a third of each
+    kind (_tracked_kind); odd seeds run with the worker."""
     if os.environ.get("LEAPFROG_DIFF_SEEDS"):
         return _seeds()
     base = 70_000 + int(os.environ.get("LEAPFROG_DIFF_BASE", "0"))
     count = int(os.environ.get("LEAPFROG_DIFF_TRACKED_COUNT", "12"))
-    shared, single = [], []
+    quota = {"shared": count - 2 * (count // 3), "rows": count // 3, "single": count // 3}
+    found = {k: [] for k in quota}
     seed = base
-    while len(shared) + len(single) < count and seed < base + 400 * count:
+    while any(len(found[k]) < quota[k] for k in quota) and seed < base + 2000 * count:
         if unit_kind(seed) == "group":
-            case = gen_unit_case(seed, "group")
-            if case.shared and len(shared) < (count + 1) // 2:
-                shared.append(seed)
-            elif case.tracked and not case.shared and len(single) < count // 2:
-                single.append(seed)
+            kind = _tracked_kind(gen_unit_case(seed, "group"))
+            if kind and len(found[kind]) < quota[kind]:
+                found[kind].append(seed)
         seed += 1
-    return _repeated(sorted(shared + single))
+    return _repeated(sorted(sum(found.values(), [])))
 
 
 @pytest.mark.parametrize("seed", _tracked_seeds())
 def test_differential_tracked(request, seed):
     """GROUP BY cases whose input stays live with NOT NULL group keys, so
     tracked in place (src/live.c), some with a second GROUP BY mapping of
-    the same input (a table of done keys each), and cases whose input is
+    the same input (a table of done keys each) or a row mapping of it
+    (carried by the GROUP BY mapping's groups), and cases whose input is
     dropped and read by two GROUP BY mappings (retired, tracked by keys);
     with and without the worker."""
     needs_real_extension()
