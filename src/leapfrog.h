@@ -300,7 +300,7 @@ extern void lf_done_keys_close(LfDoneKeys *d);
 extern bool lf_live_done(LfDoneKeys *d, LfMapping *m, Datum *key, Snapshot snap);
 extern LfLiveClaim lf_live_claim(LfDoneKeys *d, LfMapping *m, Datum *key, Snapshot snap,
 								 bool strict);
-extern bool lf_live_claim_nowait(LfDoneKeys *d, LfMapping *m, Datum *key);
+extern bool lf_live_claim_nowait(LfDoneKeys *d, LfMapping *m, Datum *key, bool look_first);
 extern List *lf_live_range_keys(LfMapping *m, Snapshot snap, BlockNumber lo, BlockNumber hi);
 extern void lf_live_tuple_key(LfMapping *m, HeapTuple tup, TupleDesc desc, Datum *key);
 extern uint64 lf_live_rows_left(LfMapping *m, Snapshot snap, ItemPointerData *tids, uint64 max);

@@ -750,18 +750,31 @@ lf_live_claim(LfDoneKeys *d, LfMapping *m, Datum *key, Snapshot snap, bool stric
  * migrated, or claimed earlier in this transaction).  Under the same lock,
  * but it inserts the key first and lets the unique index tell of a key
  * already there (UNIQUE_CHECK_PARTIAL: no wait, no error), which saves the
- * look-up on the groups nobody touched, nearly all a worker meets.  The
- * duplicate it inserted for the others is deleted at once, before the lock
- * is released: no committed duplicate can exist.
+ * look-up on the groups nobody touched, nearly all a worker meets when a
+ * group's rows lie together.  The duplicate it inserted for the others is
+ * deleted at once, before the lock is released: no committed duplicate can
+ * exist.  When a group's rows are scattered over the table, most keys a
+ * worker meets are migrated already, and an insert and a delete cost
+ * several look-ups: with look_first, a key the look-up finds (committed,
+ * in progress, or ours) is left without the lock, as the insert would
+ * leave it.
  */
 bool
-lf_live_claim_nowait(LfDoneKeys *d, LfMapping *m, Datum *key)
+lf_live_claim_nowait(LfDoneKeys *d, LfMapping *m, Datum *key, bool look_first)
 {
 	LOCKTAG		tag;
 	ItemPointerData tid;
 	bool		claimed;
 
 	CHECK_FOR_INTERRUPTS();
+	if (look_first)
+	{
+		SnapshotData dirty;
+
+		InitDirtySnapshot(dirty);
+		if (probe(d, m, key, &dirty))
+			return false;
+	}
 	claim_lock_tag(&tag, m, key);
 	(void) LockAcquire(&tag, ExclusiveLock, false, false);
 	claimed = insert_key(d, m, key, UNIQUE_CHECK_PARTIAL, &tid);

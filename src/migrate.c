@@ -1351,6 +1351,12 @@ migrate_live_units(LfMigration *mig, LfMapping *m, ItemPointer tids, int ntids,
  * holds its rows at start(), whenever they are read (a writer that claimed
  * it first and committed leaves it migrated; one that aborted, as it was).
  */
+/*
+ * The mappings (ids) whose keys this worker looks up before it claims them
+ * (migrate_live_range): most keys of its last block range were migrated.
+ */
+static List *look_first = NIL;
+
 static uint64
 migrate_live_range(LfMigration *mig, LfMapping *m, BlockNumber lo, BlockNumber hi,
 				   LfClaim *claim, MigrateContext *mc)
@@ -1358,6 +1364,7 @@ migrate_live_range(LfMigration *mig, LfMapping *m, BlockNumber lo, BlockNumber h
 	StepPlan   *sp;
 	Snapshot	snap;
 	LfDoneKeys *d;
+	List	   *keys;
 	List	   *claimed = NIL;
 	List	   *units;
 	ListCell   *lc;
@@ -1368,12 +1375,28 @@ migrate_live_range(LfMigration *mig, LfMapping *m, BlockNumber lo, BlockNumber h
 	sp = step_plan(mig, m->input, m);
 	snap = step_snapshot();
 	d = lf_done_keys_open(m);
-	foreach(lc, lf_live_range_keys(m, snap, lo, hi))
+	keys = lf_live_range_keys(m, snap, lo, hi);
+	foreach(lc, keys)
 	{
-		if (lf_live_claim_nowait(d, m, lfirst(lc)))
+		if (lf_live_claim_nowait(d, m, lfirst(lc), list_member_int(look_first, m->id)))
 			claimed = lappend(claimed, lfirst(lc));
 	}
 	lf_done_keys_close(d);
+
+	/*
+	 * Most keys of the range migrated already (a group's rows scattered
+	 * over the table): the next range looks each key up before it claims.
+	 */
+	if (keys != NIL)
+	{
+		MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
+
+		if (list_length(claimed) < list_length(keys) * 3 / 4)
+			look_first = list_append_unique_int(look_first, m->id);
+		else
+			look_first = list_delete_int(look_first, m->id);
+		MemoryContextSwitchTo(old);
+	}
 	units = lf_units_by_keys(m, claimed, snap);
 	foreach(lc, units)
 	{
