@@ -41,23 +41,41 @@
 
 /*
  * Rows of a retired table that snap sees; with tids, their tids, at most
- * max of them.  The caller holds a lock on it.
+ * max of them, from block *from on (*from becomes the block of the last
+ * one: complete() walks the table once, rather than over the rows it
+ * deleted at every step).  The caller holds a lock on it.
  */
 static uint64
-input_rows(Oid input, Snapshot snap, ItemPointerData *tids, uint64 max)
+input_rows(Oid input, Snapshot snap, BlockNumber *from, ItemPointerData *tids, uint64 max)
 {
 	Relation	rel = table_open(input, NoLock);
-	TableScanDesc scan = table_beginscan(rel, snap, 0, NULL);
 	TupleTableSlot *slot = table_slot_create(rel, NULL);
+	TableScanDesc scan;
 	uint64		n = 0;
 
-	while ((tids == NULL || n < max) &&
-		   table_scan_getnextslot(scan, ForwardScanDirection, slot))
+	if (tids)
 	{
-		CHECK_FOR_INTERRUPTS();
-		if (tids)
-			tids[n] = slot->tts_tid;
-		n++;
+		ItemPointerData lo,
+					hi;
+
+		ItemPointerSet(&lo, *from, FirstOffsetNumber);
+		ItemPointerSet(&hi, MaxBlockNumber, MaxOffsetNumber);
+		scan = table_beginscan_tidrange(rel, snap, &lo, &hi);
+		while (n < max && table_scan_getnextslot_tidrange(scan, ForwardScanDirection, slot))
+		{
+			CHECK_FOR_INTERRUPTS();
+			tids[n++] = slot->tts_tid;
+			*from = ItemPointerGetBlockNumber(&slot->tts_tid);
+		}
+	}
+	else
+	{
+		scan = table_beginscan(rel, snap, 0, NULL);
+		while (table_scan_getnextslot(scan, ForwardScanDirection, slot))
+		{
+			CHECK_FOR_INTERRUPTS();
+			n++;
+		}
 	}
 	ExecDropSingleTupleTableSlot(slot);
 	table_endscan(scan);
@@ -66,31 +84,53 @@ input_rows(Oid input, Snapshot snap, ItemPointerData *tids, uint64 max)
 }
 
 /*
- * Unmigrated rows of input that snap sees, as input_rows: a retired
- * table's rows, or a live input's rows whose group is not migrated, per
- * GROUP BY mapping that reads it (live.c; a row counts once per mapping
- * that has not migrated its group).
+ * Unmigrated rows of input that snap sees: a retired table's rows, or a
+ * live input's rows whose group is not migrated, per GROUP BY mapping that
+ * reads it (live.c; a row counts once per mapping that has not migrated
+ * its group).
  */
 static uint64
-unmigrated_rows(LfMigration *mig, Oid input, Snapshot snap, ItemPointerData *tids, uint64 max)
+unmigrated_rows(LfMigration *mig, Oid input, Snapshot snap)
 {
 	uint64		n = 0;
 	ListCell   *lc;
 
 	if (!list_member_oid(mig->live, input))
-		return input_rows(input, snap, tids, max);
+		return input_rows(input, snap, NULL, NULL, 0);
 	foreach(lc, mig->mappings)
 	{
 		LfMapping  *m = lfirst(lc);
 
-		if (tids && n >= max)
-			break;
 		/* the tables of done keys go at completion, and the live input stays */
 		if (lf_tracks_groups(m, input) &&
 			lf_lock_input_if_exists(m->done_keys, AccessShareLock))
-			n += lf_live_rows_left(m, snap, tids ? tids + n : NULL, tids ? max - n : 0);
+			n += lf_live_rows_left(m, snap);
 	}
 	return n;
+}
+
+/*
+ * complete()'s next step: the tids of at most max unmigrated rows of input
+ * that snap sees, from block *from on (a live input's rows once, whatever
+ * the number of mappings that have not migrated their groups).
+ */
+static uint64
+next_unmigrated(LfMigration *mig, Oid input, Snapshot snap, BlockNumber *from,
+				ItemPointerData *tids, uint64 max)
+{
+	ListCell   *lc;
+
+	if (!list_member_oid(mig->live, input))
+		return input_rows(input, snap, from, tids, max);
+	foreach(lc, mig->mappings)
+	{
+		LfMapping  *m = lfirst(lc);
+
+		if (lf_tracks_groups(m, input) &&
+			!lf_lock_input_if_exists(m->done_keys, AccessShareLock))
+			return 0;			/* completed meanwhile */
+	}
+	return lf_live_rows_from(mig, input, snap, from, tids, max);
 }
 
 /* Unmigrated rows of mig that snap sees (an input dropped meanwhile: none). */
@@ -102,7 +142,7 @@ lf_rows_left(LfMigration *mig, Snapshot snap)
 
 	foreach(lc, mig->inputs)
 		if (lf_lock_input_if_exists(lfirst_oid(lc), AccessShareLock))
-			total += unmigrated_rows(mig, lfirst_oid(lc), snap, NULL, 0);
+			total += unmigrated_rows(mig, lfirst_oid(lc), snap);
 	return total;
 }
 
@@ -349,6 +389,7 @@ lf_complete_now(LfMigration *mig)
 	foreach(lc, inputs)
 	{
 		Oid			input = lfirst_oid(lc);
+		BlockNumber from = 0;
 
 		for (;;)
 		{
@@ -367,7 +408,7 @@ lf_complete_now(LfMigration *mig)
 				UnregisterSnapshot(snap);
 				return;			/* completed meanwhile */
 			}
-			n = unmigrated_rows(mig, input, snap, tids, LF_COMPLETE_STEP);
+			n = next_unmigrated(mig, input, snap, &from, tids, LF_COMPLETE_STEP);
 			UnregisterSnapshot(snap);
 			if (n == 0)
 				break;

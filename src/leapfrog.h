@@ -303,7 +303,9 @@ extern LfLiveClaim lf_live_claim(LfDoneKeys *d, LfMapping *m, Datum *key, Snapsh
 extern bool lf_live_claim_nowait(LfDoneKeys *d, LfMapping *m, Datum *key, bool look_first);
 extern List *lf_live_range_keys(LfMapping *m, Snapshot snap, BlockNumber lo, BlockNumber hi);
 extern void lf_live_tuple_key(LfMapping *m, HeapTuple tup, TupleDesc desc, Datum *key);
-extern uint64 lf_live_rows_left(LfMapping *m, Snapshot snap, ItemPointerData *tids, uint64 max);
+extern uint64 lf_live_rows_left(LfMapping *m, Snapshot snap);
+extern uint64 lf_live_rows_from(LfMigration *mig, Oid input, Snapshot snap, BlockNumber *from,
+								ItemPointerData *tids, uint64 max);
 
 /* alter.c */
 extern bool lf_alter_is_instant(AlterTableStmt *stmt, Oid relid, const char *text, char **why);

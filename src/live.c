@@ -1072,11 +1072,11 @@ leapfrog_live_input_trigger(PG_FUNCTION_ARGS)
  */
 
 /*
- * The rows of live input m->inputs[0] whose group is not migrated, as snap
- * sees them: how many, or with tids, the tids of at most max of them.
+ * How many rows of live input m->inputs[0] whose group is not migrated snap
+ * sees (one anti-join).
  */
 uint64
-lf_live_rows_left(LfMapping *m, Snapshot snap, ItemPointerData *tids, uint64 max)
+lf_live_rows_left(LfMapping *m, Snapshot snap)
 {
 	Oid			relid = m->inputs[0];
 	StringInfoData sql;
@@ -1085,8 +1085,7 @@ lf_live_rows_left(LfMapping *m, Snapshot snap, ItemPointerData *tids, uint64 max
 	uint64		n = 0;
 
 	initStringInfo(&sql);
-	appendStringInfo(&sql, "SELECT %s FROM ONLY %s l WHERE NOT EXISTS (SELECT FROM %s d WHERE ",
-					 tids ? "l.ctid" : "pg_catalog.count(*)",
+	appendStringInfo(&sql, "SELECT pg_catalog.count(*) FROM ONLY %s l WHERE NOT EXISTS (SELECT FROM %s d WHERE ",
 					 lf_relation_name(relid), lf_relation_name(m->done_keys));
 	for (int k = 0; k < m->nkeys; k++)
 	{
@@ -1104,8 +1103,6 @@ lf_live_rows_left(LfMapping *m, Snapshot snap, ItemPointerData *tids, uint64 max
 		ReleaseSysCache(tup);
 	}
 	appendStringInfoChar(&sql, ')');
-	if (tids)
-		appendStringInfo(&sql, " LIMIT " UINT64_FORMAT, max);
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
@@ -1116,17 +1113,7 @@ lf_live_rows_left(LfMapping *m, Snapshot snap, ItemPointerData *tids, uint64 max
 	if (SPI_execute_snapshot(plan, NULL, NULL, snap, InvalidSnapshot, true, false, 0) != SPI_OK_SELECT)
 		elog(ERROR, "leapfrog: could not count the rows left of %s", get_rel_name(relid));
 	lf_unbecome(saved);
-	if (tids)
-	{
-		for (n = 0; n < SPI_processed; n++)
-		{
-			bool		isnull;
-
-			tids[n] = *DatumGetItemPointer(SPI_getbinval(SPI_tuptable->vals[n],
-														 SPI_tuptable->tupdesc, 1, &isnull));
-		}
-	}
-	else if (SPI_processed == 1)
+	if (SPI_processed == 1)
 	{
 		bool		isnull;
 
@@ -1134,5 +1121,69 @@ lf_live_rows_left(LfMapping *m, Snapshot snap, ItemPointerData *tids, uint64 max
 												 1, &isnull));
 	}
 	SPI_finish();
+	return n;
+}
+
+/*
+ * complete()'s walk of a live input tracked by keys: the tids of the rows
+ * from block *from on that snap sees whose group a mapping of mig tracking
+ * the input has not migrated (its key is not in the mapping's D for snap),
+ * at most max; *from becomes the block of the last row looked at.  Rows
+ * behind it stay migrated: a row written later is in a group migrated
+ * first (the trigger), so the caller walks the table once, not once per
+ * step (an anti-join with LIMIT per step read the migrated rows again
+ * every time).  The caller holds locks on the input and the tables of
+ * done keys.
+ */
+uint64
+lf_live_rows_from(LfMigration *mig, Oid input, Snapshot snap, BlockNumber *from,
+				  ItemPointerData *tids, uint64 max)
+{
+	Relation	rel = table_open(input, NoLock);
+	TupleDesc	desc = RelationGetDescr(rel);
+	TupleTableSlot *slot = table_slot_create(rel, NULL);
+	List	   *ms = NIL;
+	List	   *ds = NIL;
+	ItemPointerData lo,
+				hi;
+	TableScanDesc scan;
+	ListCell   *lc,
+			   *lc2;
+	uint64		n = 0;
+
+	foreach(lc, mig->mappings)
+	{
+		if (lf_tracks_groups(lfirst(lc), input))
+		{
+			ms = lappend(ms, lfirst(lc));
+			ds = lappend(ds, lf_done_keys_open(lfirst(lc)));
+		}
+	}
+	ItemPointerSet(&lo, *from, FirstOffsetNumber);
+	ItemPointerSet(&hi, MaxBlockNumber, MaxOffsetNumber);
+	scan = table_beginscan_tidrange(rel, snap, &lo, &hi);
+	while (n < max && table_scan_getnextslot_tidrange(scan, ForwardScanDirection, slot))
+	{
+		HeapTuple	tup = ExecFetchSlotHeapTuple(slot, false, NULL);
+
+		CHECK_FOR_INTERRUPTS();
+		*from = ItemPointerGetBlockNumber(&slot->tts_tid);
+		forboth(lc, ms, lc2, ds)
+		{
+			Datum		key[INDEX_MAX_KEYS];
+
+			lf_live_tuple_key(lfirst(lc), tup, desc, key);
+			if (!probe(lfirst(lc2), lfirst(lc), key, snap))
+			{
+				tids[n++] = slot->tts_tid;
+				break;
+			}
+		}
+	}
+	table_endscan(scan);
+	ExecDropSingleTupleTableSlot(slot);
+	foreach(lc, ds)
+		lf_done_keys_close(lfirst(lc));
+	table_close(rel, NoLock);
 	return n;
 }
