@@ -755,12 +755,23 @@ def cmd_quarantine(args):
     one_migration(conn, args.name)
     inp = resolve_input(conn, args.name, args.input)
     try:
-        table = conn.execute("SELECT leapfrog.quarantine_row(%s, %s, %s::tid)::text",
-                             [args.name, inp, args.ctid]).fetchone()[0]
+        with conn.transaction():
+            table = conn.execute("SELECT leapfrog.quarantine_row(%s, %s, %s::tid)::text",
+                                 [args.name, inp, args.ctid]).fetchone()[0]
+            # a row of a table tracked by keys takes its whole group along
+            moved = conn.execute("SELECT count(*) FROM %s WHERE xmin = "
+                                 "pg_catalog.pg_current_xact_id()::pg_catalog.xid" % table
+                                 ).fetchone()[0]
     except psycopg.Error as e:
         raise sql_error(e, "leapfrog.quarantine_row")
-    print('set row %s of %s aside into %s: migration "%s" leaves it out'
-          % (args.ctid, inp, table, args.name))
+    if moved > 1:
+        print('set row %s of %s aside into %s with the %s other row%s of its group: '
+              'migration "%s" leaves the group out'
+              % (args.ctid, inp, table, fmt.rows(moved - 1), "" if moved == 2 else "s",
+                 args.name))
+    else:
+        print('set row %s of %s aside into %s: migration "%s" leaves it out'
+              % (args.ctid, inp, table, args.name))
     nxt = left_to_do(conn, args.name)
     if nxt:
         print(nxt)
@@ -970,7 +981,10 @@ def build_parser():
                 "Moves a row that waits for the migration out of it, into the quarantine table "
                 "leapfrog_quarantine.<input>_m<migration id> (leapfrog.quarantine_row), with "
                 "its SQLSTATE and error: the new tables never get it.  The row stays there "
-                "until you delete it.")
+                "until you delete it.  A row of a table tracked by keys (kept by the script, "
+                "or read by several GROUP BY mappings) sets its whole group aside: a copy of "
+                "the group's rows goes to the quarantine table, and the new table never gets "
+                "the group.")
     c.add_argument("name", metavar="NAME", help="the migration's name")
     c.add_argument("input", metavar="INPUT",
                    help="the input table as leapfrog failed prints it (schema.table; the table "

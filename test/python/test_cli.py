@@ -772,6 +772,28 @@ def test_chain_status_and_wait(quiet, tmp_path):
     assert c.sql("SELECT count(*) FROM cust_a", dbname="chain")[0][0] == 1000
 
 
+def test_quarantine_of_a_group(quiet):
+    """A row of a table tracked by keys (kept by the script, read by a GROUP
+    BY mapping on a NOT NULL key) sets its whole group aside, and the CLI
+    says so."""
+    needs_real_extension()
+    dsn = new_db(quiet, "qgroup", """
+        CREATE TABLE sale (id int PRIMARY KEY, cust int NOT NULL, amt int NOT NULL);
+        CREATE INDEX ON sale (cust);
+        INSERT INTO sale SELECT g, g % 3, g FROM generate_series(1, 30) g;""")
+    cli_ok("-d", dsn, "start", "totals", "-", input="""
+        CREATE TABLE total (cust int PRIMARY KEY, amt bigint NOT NULL);
+        INSERT INTO total SELECT cust, sum(amt) FROM sale GROUP BY cust;""")
+    ctid = quiet.sql("SELECT ctid::text FROM sale WHERE id = 4", dbname="qgroup")[0][0]
+    res = cli_ok("-d", dsn, "quarantine", "totals", "public.sale", ctid.strip("()"))
+    assert res.stdout.startswith(
+        "set row %s of public.sale aside into leapfrog_quarantine.sale_m1 with the 9 other "
+        'rows of its group: migration "totals" leaves the group out' % ctid), res.stdout
+    cli_ok("-d", dsn, "complete", "totals")
+    assert quiet.sql("SELECT cust FROM total ORDER BY 1", dbname="qgroup") == [(0,), (2,)]
+    assert quiet.sql("SELECT count(*) FROM sale", dbname="qgroup")[0][0] == 30
+
+
 def test_fix_refusals(quiet, tmp_path):
     dsn = new_db(quiet, "fixkey", """
         CREATE TABLE sale (id int PRIMARY KEY, cust int NOT NULL, amt int NOT NULL);
