@@ -39,12 +39,9 @@ prints the mean latencies and the medians of tracked/replaced.  Not a
 test: figures only.
 """
 import argparse
-import re
 import statistics
 import sys
 import time
-
-from pathlib import Path
 
 from run import ensure_venv  # noqa: E402  (run.py, beside this file, also finds python/)
 
@@ -56,6 +53,7 @@ from leapfrog_cluster import Cluster, extension_installed  # noqa: E402
 
 from leapfrog_bench.settings import default_settings  # noqa: E402
 from idle_completion import server_cpu_s  # noqa: E402
+from point_query import pgbench  # noqa: E402
 
 SCRIPT = """
   CREATE TABLE totals (g int PRIMARY KEY, total bigint);
@@ -111,19 +109,6 @@ def run(cl, kind, by):
         return time.monotonic() - t0, server_cpu_s(cl) - cpu0
 
 
-def pgbench(cl, db, sql, lo, hi, seconds):
-    """Mean latency in microseconds of one client running sql for `seconds`."""
-    path = Path(cl.dir) / "live_table.sql"
-    path.write_text(f"\\set id random({lo}, {hi})\n{sql}\n")
-    path.chmod(0o644)
-    res = cl.run_client("pgbench", ["-n", "-M", "prepared", "-c", "1", "-T", str(seconds),
-                                    "-f", str(path), db], timeout=seconds + 60)
-    m = re.search(r"tps = ([0-9.]+) \(without initial connection time\)", res.stdout)
-    if not m:
-        raise RuntimeError("pgbench: no tps in its output:\n" + res.stdout + res.stderr)
-    return 1e6 / float(m.group(1))
-
-
 def statements(cl, groups, rounds, seconds):
     for db in ("tracked", "replaced"):
         with psycopg.connect(cl.conninfo(), autocommit=True) as c:
@@ -139,7 +124,7 @@ def statements(cl, groups, rounds, seconds):
         lo, hi = r * width + 1, (r + 1) * width
         for q, sql in QUERIES.items():
             order = ["tracked", "replaced"] if r % 2 == 0 else ["replaced", "tracked"]
-            lat = {db: pgbench(cl, db, sql, lo, hi, seconds) for db in order}
+            lat = {db: pgbench(cl, sql, lo, hi, seconds, db=db) for db in order}
             ratios[q].append(lat["tracked"] / lat["replaced"])
             print(f"round {r + 1} {q:42s} tracked {lat['tracked']:8.1f} us  replaced "
                   f"{lat['replaced']:8.1f} us", flush=True)

@@ -138,12 +138,13 @@ def remaining(cl):
         return c.execute("SELECT leapfrog.remaining('pointq')").fetchone()[0]
 
 
-def pgbench(cl, sql, lo, hi, seconds, env):
-    """Mean latency in microseconds of one client running sql for `seconds`."""
+def pgbench(cl, sql, lo, hi, seconds, env=None, db=DB):
+    """Mean latency in microseconds of one client running sql for `seconds`
+    on database db, :id drawn from [lo, hi]."""
     path = Path(cl.dir) / "pointq.sql"
     path.write_text(f"\\set id random({lo}, {hi})\n{sql}\n")
     path.chmod(0o644)
-    args = ["-n", "-M", "prepared", "-c", "1", "-T", str(seconds), "-f", str(path), DB]
+    args = ["-n", "-M", "prepared", "-c", "1", "-T", str(seconds), "-f", str(path), db]
     res = cl.run_client("pgbench", args, timeout=seconds + 60, extra_env=env)
     m = re.search(r"tps = ([0-9.]+) \(without initial connection time\)", res.stdout)
     if not m:

@@ -1365,6 +1365,7 @@ migrate_live_range(LfMigration *mig, LfMapping *m, BlockNumber lo, BlockNumber h
 	Snapshot	snap;
 	LfDoneKeys *d;
 	List	   *keys;
+	bool		look;
 	List	   *claimed = NIL;
 	List	   *units;
 	ListCell   *lc;
@@ -1376,9 +1377,10 @@ migrate_live_range(LfMigration *mig, LfMapping *m, BlockNumber lo, BlockNumber h
 	snap = step_snapshot();
 	d = lf_done_keys_open(m);
 	keys = lf_live_range_keys(m, snap, lo, hi);
+	look = list_member_int(look_first, m->id);
 	foreach(lc, keys)
 	{
-		if (lf_live_claim_nowait(d, m, lfirst(lc), list_member_int(look_first, m->id)))
+		if (lf_live_claim_nowait(d, m, lfirst(lc), look))
 			claimed = lappend(claimed, lfirst(lc));
 	}
 	lf_done_keys_close(d);
