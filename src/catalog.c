@@ -413,7 +413,8 @@ load_mapping(HeapTuple tup, TupleDesc desc)
  * in their table of done keys (lf_live_unmigrated_query).  A row mapping of
  * such an input shares its carrier's table (start.c, track_by_keys): its
  * rows move with that GROUP BY mapping's groups, and it reads through the
- * carrier's key.
+ * carrier's key.  Of a live input only row mappings read, the first one is
+ * the carrier, keyed by the input's primary key (lf_describe_row_keys).
  */
 static void
 load_unmigrated(LfMigration *m)
@@ -424,23 +425,39 @@ load_unmigrated(LfMigration *m)
 	foreach(lc, m->mappings)
 	{
 		LfMapping  *map = lfirst(lc);
+		LfMapping  *carrier = NULL;
 
 		if (!OidIsValid(map->done_keys))
 			continue;
 		if (map->kind == LF_MAP_ROWS)
+		{
 			foreach(lc2, m->mappings)
 			{
-				LfMapping  *carrier = lfirst(lc2);
+				LfMapping  *other = lfirst(lc2);
 
-				if (carrier->kind == LF_MAP_GROUPS && carrier->done_keys == map->done_keys)
+				if (other->kind == LF_MAP_GROUPS && other->done_keys == map->done_keys)
 				{
-					map->nkeys = carrier->nkeys;
-					memcpy(map->keys[0], carrier->keys[0], sizeof(map->keys[0]));
-					memcpy(map->eqops, carrier->eqops, sizeof(map->eqops));
-					memcpy(map->collations, carrier->collations, sizeof(map->collations));
+					carrier = other;
 					break;
 				}
+				if (carrier == NULL && other->kind == LF_MAP_ROWS &&
+					other->done_keys == map->done_keys)
+					carrier = other;	/* the first row mapping, unless a GROUP BY one */
 			}
+			/* keyed by the primary key, which DDL cannot change meanwhile */
+			if (carrier->kind == LF_MAP_ROWS && !carrier->row_keys &&
+				SearchSysCacheExists1(RELOID, ObjectIdGetDatum(carrier->inputs[0])) &&
+				lf_describe_row_keys(carrier) != NULL)
+				elog(ERROR, "leapfrog: input %u of mapping %d has no primary key",
+					 carrier->inputs[0], carrier->id);
+			if (carrier != map)
+			{
+				map->nkeys = carrier->nkeys;
+				memcpy(map->keys[0], carrier->keys[0], sizeof(map->keys[0]));
+				memcpy(map->eqops, carrier->eqops, sizeof(map->eqops));
+				memcpy(map->collations, carrier->collations, sizeof(map->collations));
+			}
+		}
 		/* both are there unless dropped behind the DDL guard's back */
 		if (map->nkeys > 0 &&
 			SearchSysCacheExists1(RELOID, ObjectIdGetDatum(map->inputs[0])) &&

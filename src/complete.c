@@ -102,7 +102,7 @@ unmigrated_rows(LfMigration *mig, Oid input, Snapshot snap)
 		LfMapping  *m = lfirst(lc);
 
 		/* the tables of done keys go at completion, and the live input stays */
-		if (lf_tracks_groups(m, input) &&
+		if (lf_tracks_keys(m, input) &&
 			lf_lock_input_if_exists(m->done_keys, AccessShareLock))
 			n += lf_live_rows_left(m, snap);
 	}
@@ -126,7 +126,7 @@ next_unmigrated(LfMigration *mig, Oid input, Snapshot snap, BlockNumber *from,
 	{
 		LfMapping  *m = lfirst(lc);
 
-		if (lf_tracks_groups(m, input) &&
+		if (lf_tracks_keys(m, input) &&
 			!lf_lock_input_if_exists(m->done_keys, AccessShareLock))
 			return 0;			/* completed meanwhile */
 	}

@@ -453,7 +453,7 @@ quarantine_group(LfMigration *mig, Oid input, ItemPointer tid, Oid qrel, Datum s
 	{
 		LfMapping  *m = lfirst(lc);
 
-		if (lf_tracks_groups(m, input))
+		if (lf_tracks_keys(m, input))
 			failing = lappend_int(failing, m->id);
 	}
 	if (list_length(failing) > 1)

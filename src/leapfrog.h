@@ -164,13 +164,17 @@ typedef struct LfMapping
 	Oid			inputs[2];		/* in the order units claim them */
 	int			rtis[2];		/* their range table indexes in query */
 	JoinType	jointype;		/* of a join: which sides are preserved */
-	int			nkeys;			/* GROUPS, JOIN: key columns */
+	int			nkeys;			/* GROUPS, JOIN, row_keys: key columns */
 	AttrNumber	keys[2][INDEX_MAX_KEYS];	/* per input */
 	Oid			eqops[INDEX_MAX_KEYS];	/* inputs[0] key = inputs[1] key */
 	Oid			collations[INDEX_MAX_KEYS];
-	/* a GROUP BY mapping of a live input tracked in place (live.c) */
+	/* a mapping of an input tracked by keys (live.c) */
 	Oid			done_keys;		/* its table of migrated keys, or InvalidOid */
 	Query	   *unmigrated;		/* query restricted to the groups not in it */
+	bool		row_keys;		/* a row mapping whose rows are its units, by
+								 * the input's primary key, with done_keys of
+								 * its own (a live input only row mappings
+								 * read) */
 } LfMapping;
 
 /* The rows of one unit of a group or join mapping, per input, sorted */
@@ -279,6 +283,7 @@ extern Oid	lf_unit_index(LfMapping *m, int i);
 extern List *lf_units_of(LfMapping *m, int from, ItemPointer seeds, int nseeds,
 						 Snapshot snap);
 extern List *lf_units_by_keys(LfMapping *m, List *keys, Snapshot snap);
+extern const char *lf_describe_row_keys(LfMapping *m);
 
 /* live.c */
 typedef enum LfLiveClaim
@@ -286,7 +291,7 @@ typedef enum LfLiveClaim
 	LF_CLAIMED,					/* this transaction now migrates the group */
 	LF_DONE						/* migrated, or being migrated by us */
 } LfLiveClaim;
-extern bool lf_tracks_groups(LfMapping *m, Oid input);
+extern bool lf_tracks_keys(LfMapping *m, Oid input);
 extern LfMapping *lf_keys_carrier(LfMigration *mig, LfMapping *m);
 extern const char *lf_live_unsupported(LfMapping *m);
 extern Oid	lf_live_track(LfMapping *m, int migration_id, int nth, Oid *trigger);

@@ -3,13 +3,15 @@
  *	  Inputs that stay live, tracked in place: the table of migrated keys,
  *	  its claims, and the row trigger that migrates a group before a write.
  *
- * A GROUP BY mapping's input that the script does not drop stays live:
- * the application reads and writes it, and the mapping must read it as it
- * was at start().  When GROUP BY mappings read the table, and otherwise
- * only row mappings, whose rows move with the first one's groups
- * (lf_keys_carrier), and their group keys' columns are NOT NULL (start.c,
- * why_not_in_place), the table is not replaced: it stays where it is, and
- * the migration keeps
+ * A mapping's input that the script does not drop stays live: the
+ * application reads and writes it, and the mapping must read it as it was
+ * at start().  When GROUP BY mappings read the table, and otherwise only
+ * row mappings, whose rows move with the first one's groups
+ * (lf_keys_carrier), and their group keys' columns are NOT NULL; or when
+ * only row mappings read it and it has a primary key (each row a group of
+ * its own, by that key: the first row mapping owns the keys and carries
+ * the others; units.c, lf_describe_row_keys) (start.c, why_not_in_place),
+ * the table is not replaced: it stays where it is, and the migration keeps
  *
  *	- per mapping, a table of the keys of its groups migrated ("done
  *	  keys", D; leapfrog.mapping.done_keys), in
@@ -107,30 +109,35 @@ PG_FUNCTION_INFO_V1(leapfrog_live_input_trigger);
 #define LF_LIVE_LOCK_CLASS 0x4C46
 
 /*
- * Is m a GROUP BY mapping of input tracked by keys, with a table of done
- * keys of its own?  (A row mapping of such an input has its carrier's
- * table: its rows move with that mapping's groups.)
+ * Does m own a table of done keys of input: a GROUP BY mapping of an input
+ * tracked by keys, or the row mapping that a live input only row mappings
+ * read is tracked by (its units are its rows, by primary key)?  (Another
+ * row mapping of such an input shares its carrier's table: its rows move
+ * with that mapping's units.)
  */
 bool
-lf_tracks_groups(LfMapping *m, Oid input)
+lf_tracks_keys(LfMapping *m, Oid input)
 {
-	return m->kind == LF_MAP_GROUPS && OidIsValid(m->done_keys) && m->inputs[0] == input;
+	return (m->kind == LF_MAP_GROUPS || m->row_keys) && OidIsValid(m->done_keys) &&
+		m->inputs[0] == input;
 }
 
 /*
- * The GROUP BY mapping of mig whose groups carry m's rows: m itself, or the
- * GROUP BY mapping whose table of done keys a row mapping shares; NULL if m
- * is not tracked by keys.
+ * The mapping of mig whose units carry m's rows: m itself, or the mapping
+ * that owns the table of done keys a row mapping shares; NULL if m is not
+ * tracked by keys.
  */
 LfMapping *
 lf_keys_carrier(LfMigration *mig, LfMapping *m)
 {
 	ListCell   *lc;
 
-	if (!OidIsValid(m->done_keys) || m->kind == LF_MAP_GROUPS)
-		return OidIsValid(m->done_keys) ? m : NULL;
+	if (!OidIsValid(m->done_keys))
+		return NULL;
+	if (lf_tracks_keys(m, m->inputs[0]))
+		return m;
 	foreach(lc, mig->mappings)
-		if (lf_tracks_groups(lfirst(lc), m->input) &&
+		if (lf_tracks_keys(lfirst(lc), m->input) &&
 			((LfMapping *) lfirst(lc))->done_keys == m->done_keys)
 			return lfirst(lc);
 	return NULL;
@@ -149,7 +156,8 @@ qualified(Oid nsp, const char *name)
 }
 
 /*
- * Why input 0 of group mapping m cannot be tracked in place, or NULL.
+ * Why input 0 of group mapping m, or of row mapping m keyed by the input's
+ * primary key (lf_describe_row_keys), cannot be tracked in place, or NULL.
  * (start.c checks what concerns the script: other mappings, replacements.)
  */
 const char *
@@ -158,7 +166,7 @@ lf_live_unsupported(LfMapping *m)
 	Relation	rel;
 	const char *why = NULL;
 
-	if (m->kind != LF_MAP_GROUPS || m->ninputs != 1)
+	if (m->ninputs != 1 || m->kind == LF_MAP_JOIN || m->nkeys == 0)
 		return "not a GROUP BY mapping";
 	rel = table_open(m->inputs[0], AccessShareLock);
 	if (rel->rd_rel->relkind != RELKIND_RELATION)
@@ -1060,7 +1068,7 @@ leapfrog_live_input_trigger(PG_FUNCTION_ARGS)
 	{
 		LfMapping  *m = lfirst(lc);
 
-		if (lf_tracks_groups(m, relid))
+		if (lf_tracks_keys(m, relid))
 			migrate_written_groups(mig, m, td, result);
 	}
 	return PointerGetDatum(result);
@@ -1153,7 +1161,7 @@ lf_live_rows_from(LfMigration *mig, Oid input, Snapshot snap, BlockNumber *from,
 
 	foreach(lc, mig->mappings)
 	{
-		if (lf_tracks_groups(lfirst(lc), input))
+		if (lf_tracks_keys(lfirst(lc), input))
 		{
 			ms = lappend(ms, lfirst(lc));
 			ds = lappend(ds, lf_done_keys_open(lfirst(lc)));

@@ -598,9 +598,10 @@ build_step_plan(LfMigration *mig, Oid input, LfMapping *um)
 	/*
 	 * A group or join mapping: INSERT INTO target SELECT <its units>, after
 	 * the row mappings above, which copy the rows of a live input into its
-	 * copy: a new table's foreign key to that table checks the copy.
+	 * copy: a new table's foreign key to that table checks the copy.  (A
+	 * row mapping keyed by its input's primary key is one of those above.)
 	 */
-	if (um != NULL)
+	if (um != NULL && um->kind != LF_MAP_ROWS)
 	{
 		Relation	rel = table_open(um->target, AccessShareLock);
 		Query	   *ins = insert_select(rel, relation_rte(rel, ACL_INSERT, mig->owner),
@@ -1473,11 +1474,11 @@ lf_migrate_range(LfMigration *mig, Oid input, BlockNumber lo, BlockNumber hi, Lf
 		if (!OidIsValid(um->done_keys))
 			n = migrate_unit_range(mig, um, input, lo, hi, claim, &mc);
 		else
-			foreach(lc, mig->mappings)	/* each of its GROUP BY mappings */
+			foreach(lc, mig->mappings)	/* each mapping with a table of done keys */
 			{
 				LfMapping  *m = lfirst(lc);
 
-				if (lf_tracks_groups(m, input))
+				if (lf_tracks_keys(m, input))
 					n += migrate_live_range(mig, m, lo, hi, claim, &mc);
 			}
 		pop_context(&errcb);
@@ -1540,11 +1541,11 @@ lf_migrate_rows(LfMigration *mig, Oid input, LfMapping *only, ItemPointer tids, 
 		if (!OidIsValid(um->done_keys))
 			n = (int) migrate_units(mig, um, input, tids, ntids, &mc);
 		else
-			foreach(lc, mig->mappings)	/* each of its GROUP BY mappings */
+			foreach(lc, mig->mappings)	/* each mapping with a table of done keys */
 			{
 				LfMapping  *m = lfirst(lc);
 
-				if (lf_tracks_groups(m, input) &&
+				if (lf_tracks_keys(m, input) &&
 					(only == NULL || only->id == m->id))
 					n += (int) migrate_live_units(mig, m, tids, ntids, &mc);
 			}

@@ -302,7 +302,7 @@ unit_desc(Oid input)
 	LfMigration *mig = lf_migration_by_input(input);
 	LfMapping  *m = mig ? lf_unit_mapping(mig, input) : NULL;
 
-	if (m == NULL)
+	if (m == NULL || m->kind == LF_MAP_ROWS)
 		return "";
 	return m->kind == LF_MAP_GROUPS ? ", whole groups" : ", whole join keys";
 }

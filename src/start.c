@@ -357,7 +357,17 @@ check_mapping_input(StartState *st, RangeTblEntry *in)
 		refuse(errmsg("mapping input \"%s\" is created by the same script", get_rel_name(in->relid)));
 	/* a table an earlier migration still fills may be read: chained */
 	if (lf_is_input(in->relid))
-		refuse(errmsg("table \"%s\" is already under migration", get_rel_name(in->relid)));
+	{
+		LfMigration *mig = lf_migration_by_input(in->relid);
+
+		refuse(errmsg("table \"%s\" is already under migration", get_rel_name(in->relid)),
+			   mig && list_member_oid(mig->live, in->relid) ?
+			   errdetail("Migration \"%s\" reads it as it was at its start(), tracked in place.",
+						 mig->name) : 0,
+			   mig ? errhint("Wait with SELECT leapfrog.wait('%s'), or finish now with SELECT leapfrog.complete('%s'). "
+							 "A table kept live by a migration started with leapfrog.track_live_inputs = off is replaced instead, "
+							 "and a later migration may read it.", mig->name, mig->name) : 0);
+	}
 	if (get_rel_persistence(in->relid) == RELPERSISTENCE_TEMP)
 		refuse(errmsg("mapping input \"%s\" is a temporary table", get_rel_name(in->relid)));
 	/* every step and every computing read would draw a sample of its own */
@@ -1584,17 +1594,20 @@ describe_pending(PendingMapping *pm, LfMapping *m)
 
 /*
  * Why input relid, which the script keeps (live) or drops, cannot be
- * tracked by keys (live.c), or NULL if it can: every mapping of the script that reads it is
- * a GROUP BY mapping of it alone, or a row mapping beside one (carried by
- * the first one's groups), and the script neither replaces it nor
- * reads a table still being filled; live.c checks the table and each
- * mapping's key (NOT NULL key columns, no rules, no row security, no
- * BEFORE row trigger firing after its own).
+ * tracked by keys (live.c), or NULL if it can: every mapping of the script
+ * that reads it is a GROUP BY mapping of it alone, or a row mapping beside
+ * one (carried by the first one's groups); or, of a live table with a
+ * primary key, only row mappings read it (carried by the first one's rows,
+ * keyed by the primary key); and the script neither replaces it nor reads
+ * a table still being filled.  live.c checks the table and each mapping's
+ * key (NOT NULL key columns, no rules, no row security, no BEFORE row
+ * trigger firing after its own).
  */
 static const char *
 why_not_in_place(StartState *st, Oid relid, bool live)
 {
 	ListCell   *lc;
+	bool		rows_keyed = false;
 
 	if (live && !lf_track_live_inputs)
 		return "leapfrog.track_live_inputs is off";
@@ -1611,12 +1624,19 @@ why_not_in_place(StartState *st, Oid relid, bool live)
 		if (!pm_reads(pm, relid))
 			continue;
 		/* row mappings ride on the first GROUP BY mapping's groups */
-		if (pm->kind == LF_MAP_ROWS && unit_readers(st, relid) > 0)
+		if (pm->kind == LF_MAP_ROWS && (unit_readers(st, relid) > 0 || rows_keyed))
 			continue;
-		if (pm->kind != LF_MAP_GROUPS || pm->ninputs != 1)
+		describe_pending(pm, &m);
+		if (pm->kind == LF_MAP_ROWS)
+		{
+			/* ... or on the first row mapping's rows, by primary key */
+			if ((why = lf_describe_row_keys(&m)) != NULL)
+				return why;
+			rows_keyed = true;
+		}
+		else if (pm->kind != LF_MAP_GROUPS || pm->ninputs != 1)
 			return unit_readers(st, relid) > 1 ? "a join mapping reads it" :
 				"a mapping that is not a GROUP BY of it alone reads it";
-		describe_pending(pm, &m);
 		if ((why = lf_live_unsupported(&m)) != NULL)
 			return why;
 	}
@@ -1639,6 +1659,8 @@ refuse_shared_groups(const char *name, const char *why)
  * table).  A row mapping of relid shares the first one's table: its rows
  * move with that mapping's groups (the carrier's step copies them), so a
  * row is copied once, and its target's reads exclude the carrier's groups.
+ * Of a live table that only row mappings read, the first one has the
+ * table, keyed by the primary key, and carries the others.
  */
 static void
 track_by_keys(StartState *st, Oid relid, Oid *trigger)
@@ -1663,8 +1685,18 @@ track_by_keys(StartState *st, Oid relid, Oid *trigger)
 	{
 		PendingMapping *reader = lfirst(lc);
 
-		if (pm_reads(reader, relid) && reader->kind == LF_MAP_ROWS)
-			reader->done_keys = carrier;
+		if (!pm_reads(reader, relid) || reader->kind != LF_MAP_ROWS)
+			continue;
+		if (!OidIsValid(carrier))
+		{
+			LfMapping	m = {0};
+
+			describe_pending(reader, &m);
+			if (lf_describe_row_keys(&m) != NULL)
+				elog(ERROR, "leapfrog: table %u has no primary key", relid);
+			carrier = lf_live_track(&m, st->migration_id, 0, trigger);
+		}
+		reader->done_keys = carrier;
 	}
 }
 
@@ -1674,7 +1706,8 @@ track_by_keys(StartState *st, Oid relid, Oid *trigger)
  * as it was at start().
  *
  * Read by GROUP BY mappings (and maybe row mappings, whose rows move with the
- * first one's groups), it is tracked in place (live.c): it stays
+ * first one's groups), or only by row mappings and with a primary key (each
+ * row a unit, by that key), it is tracked in place (live.c): it stays
  * where it is, a trigger migrates a row's groups before a write touches
  * it, and a table of done keys per mapping records the groups migrated.
  * Creating the trigger takes ShareRowExclusiveLock with the switch's
@@ -1721,8 +1754,11 @@ keep_live_inputs(StartState *st)
 			lf_refuse_if_migrating(relid, get_rel_name(relid), "alter");
 			if (st->planning)
 				(void) plan_note(st, pm->stmt_no, "track", relid,
+								 unit_readers(st, relid) > 0 ?
 								 "A mapping reads it and the script does not drop it: it stays live, "
-								 "and a write of one of its rows first migrates the row's group");
+								 "and a write of one of its rows first migrates the row's group" :
+								 "A mapping reads it and the script does not drop it: it stays live, "
+								 "and a write of one of its rows first migrates the row");
 			track_by_keys(st, relid, &trigger);
 			remember_oid(st, &st->live, relid);
 			remember(st, &st->live_names, MemoryContextStrdup(st->cxt, qualified_name(relid)));

@@ -241,7 +241,9 @@ lf_unit_input_index(LfMapping *m, Oid relid)
 
 /*
  * The group or join mapping of mig that reads input, if any (start() lets
- * no other group or join mapping read it): its units are what migrates.
+ * no other group or join mapping read it), or the row mapping keyed by the
+ * primary key of a live input only row mappings read (lf_describe_row_keys):
+ * its units are what migrates.
  */
 LfMapping *
 lf_unit_mapping(LfMigration *mig, Oid input)
@@ -252,9 +254,42 @@ lf_unit_mapping(LfMigration *mig, Oid input)
 	{
 		LfMapping  *m = lfirst(lc);
 
-		if (m->kind != LF_MAP_ROWS && lf_unit_input_index(m, input) >= 0)
+		if ((m->kind != LF_MAP_ROWS || m->row_keys) && lf_unit_input_index(m, input) >= 0)
 			return m;
 	}
+	return NULL;
+}
+
+/*
+ * Key row mapping m by its input's primary key: a live input that only row
+ * mappings read is tracked in place by the keys of the rows migrated
+ * (live.c), each row a unit of its own.  The primary key stays what it is
+ * while the input is tracked: ALTER TABLE and DROP INDEX on it are refused
+ * until the migration is done (utility.c).  Returns NULL, or why not.
+ */
+const char *
+lf_describe_row_keys(LfMapping *m)
+{
+	Relation	rel = table_open(m->inputs[0], AccessShareLock);
+	Oid			pk = RelationGetPrimaryKeyIndex(rel);
+	Relation	idx;
+
+	table_close(rel, AccessShareLock);
+	if (!OidIsValid(pk))
+		return "no primary key";
+	idx = index_open(pk, AccessShareLock);
+	m->nkeys = idx->rd_index->indnkeyatts;
+	for (int k = 0; k < m->nkeys; k++)
+	{
+		m->keys[0][k] = idx->rd_index->indkey.values[k];
+		m->eqops[k] = get_opfamily_member(idx->rd_opfamily[k], idx->rd_opcintype[k],
+										  idx->rd_opcintype[k], BTEqualStrategyNumber);
+		m->collations[k] = idx->rd_indcollation[k];
+		if (m->keys[0][k] <= 0 || !OidIsValid(m->eqops[k]))
+			elog(ERROR, "leapfrog: unexpected primary key %u", pk);
+	}
+	index_close(idx, AccessShareLock);
+	m->row_keys = true;
 	return NULL;
 }
 
@@ -604,7 +639,7 @@ lf_units_of(LfMapping *m, int from, ItemPointer seeds, int nseeds, Snapshot snap
 
 /*
  * The rows of the groups of keys (each an array of the values of input 0's
- * key columns, none NULL) of GROUP BY mapping m, as snap sees them, an
+ * key columns, none NULL) of GROUP BY mapping m (or row mapping by key), as snap sees them, an
  * LfUnit per key: the groups of a live input claimed by their keys
  * (live.c), which may have no row.  The caller holds a lock on the input.
  */
@@ -619,7 +654,7 @@ lf_units_by_keys(LfMapping *m, List *keys, Snapshot snap)
 	List	   *units = NIL;
 	ListCell   *lc;
 
-	Assert(m->kind == LF_MAP_GROUPS);
+	Assert(m->kind == LF_MAP_GROUPS || m->row_keys);
 	foreach(lc, keys)
 	{
 		List	   *found = NIL;

@@ -123,10 +123,13 @@ SELECT leapfrog.start('er_16', $$CREATE TABLE dst (id int PRIMARY KEY, v text NO
 INSERT INTO dst SELECT id, v FROM src WHERE random() < 0.5;
 DROP TABLE src;$$);
 SELECT * FROM unchanged(:src_oid, :other_oid);
--- 0A000: input not dropped (it stays live, replaced lazily), used by a view
+-- 0A000: input not dropped (it stays live, replaced lazily: tracking in
+-- place, which its primary key allows, is off), used by a view
+SET leapfrog.track_live_inputs = off;
 SELECT leapfrog.start('er_17', $$CREATE VIEW src_view AS SELECT * FROM src;
 CREATE TABLE dst (id int PRIMARY KEY, v text NOT NULL);
 INSERT INTO dst SELECT id, v FROM src;$$);
+RESET leapfrog.track_live_inputs;
 SELECT * FROM unchanged(:src_oid, :other_oid);
 -- 0A000: INSERT ... VALUES into a mapping's target after the mapping
 SELECT leapfrog.start('er_18', $$CREATE TABLE dst (id int PRIMARY KEY, v text NOT NULL);
