@@ -3,6 +3,7 @@
 
     .venv/bin/python bench/live_table.py [--groups 300000] [--layout spread|ordered]
                                          [--by worker|complete|statements] [--rounds 3]
+                                         [--script groups|rows]
 
 A table `lines` of ten rows per group g (3M rows by default) stays live;
 the script computes a per-group total and an archive of half the lines:
@@ -11,6 +12,9 @@ the script computes a per-group total and an archive of half the lines:
     INSERT INTO totals SELECT g, sum(amt) FROM lines GROUP BY g;
     CREATE TABLE arch (g int, n int, amt int, PRIMARY KEY (g, n));
     INSERT INTO arch SELECT g, n, amt FROM lines WHERE n % 2 = 0;
+
+With --script rows, the archive alone: `lines` is then read only by a row
+mapping, tracked in place by its primary key (g, n), each row its own unit.
 
 --layout says where a group's rows lie: `ordered` loads the table in key
 order (a group's rows together, as an order's lines), `spread` puts each
@@ -55,12 +59,15 @@ from leapfrog_bench.settings import default_settings  # noqa: E402
 from idle_completion import server_cpu_s  # noqa: E402
 from point_query import pgbench  # noqa: E402
 
-SCRIPT = """
+TOTALS = """
   CREATE TABLE totals (g int PRIMARY KEY, total bigint);
   INSERT INTO totals SELECT g, sum(amt) FROM lines GROUP BY g;
+"""
+ARCHIVE = """
   CREATE TABLE arch (g int, n int, amt int, PRIMARY KEY (g, n));
   INSERT INTO arch SELECT g, n, amt FROM lines WHERE n % 2 = 0;
 """
+SCRIPTS = {"groups": TOTALS + ARCHIVE, "rows": ARCHIVE}
 KINDS = ["eager", "tracked", "replaced"]
 QUERIES = {
     "SELECT a line (the live table)": "SELECT amt FROM lines WHERE g = :id AND n = 1;",
@@ -85,7 +92,7 @@ def make_template(cl, groups, layout):
         c.execute("VACUUM ANALYZE lines")
 
 
-def run(cl, kind, by):
+def run(cl, kind, by, script):
     """(wall s, server CPU s) of one migration on a fresh copy."""
     with psycopg.connect(cl.conninfo(), autocommit=True) as c:
         c.execute("DROP DATABASE IF EXISTS run")
@@ -96,12 +103,12 @@ def run(cl, kind, by):
         cpu0, t0 = server_cpu_s(cl), time.monotonic()
         if kind == "eager":
             with c.transaction():
-                c.execute(SCRIPT)
-                c.execute("ANALYZE totals, arch")
+                c.execute(script)
+                c.execute("ANALYZE totals, arch" if "totals" in script else "ANALYZE arch")
         else:
             if kind == "replaced":
                 c.execute("SET leapfrog.track_live_inputs = off")
-            c.execute("SELECT leapfrog.start('m', %s)", (SCRIPT,))
+            c.execute("SELECT leapfrog.start('m', %s)", (script,))
             if by == "complete":
                 c.execute("SELECT leapfrog.complete('m')")
             elif not c.execute("SELECT leapfrog.wait('m', 900)").fetchone()[0]:
@@ -109,20 +116,21 @@ def run(cl, kind, by):
         return time.monotonic() - t0, server_cpu_s(cl) - cpu0
 
 
-def statements(cl, groups, rounds, seconds):
+def statements(cl, groups, rounds, seconds, script):
     for db in ("tracked", "replaced"):
         with psycopg.connect(cl.conninfo(), autocommit=True) as c:
             c.execute(f"CREATE DATABASE {db} TEMPLATE tmpl STRATEGY FILE_COPY")
         with psycopg.connect(cl.conninfo(db), autocommit=True) as c:
             if db == "replaced":
                 c.execute("SET leapfrog.track_live_inputs = off")
-            c.execute("SELECT leapfrog.start('m', %s)", (SCRIPT,))
+            c.execute("SELECT leapfrog.start('m', %s)", (script,))
             c.execute("CHECKPOINT")
-    ratios = {q: [] for q in QUERIES}
+    queries = {q: sql for q, sql in QUERIES.items() if "totals" in script or "totals" not in sql}
+    ratios = {q: [] for q in queries}
     width = groups // (rounds + 1)
     for r in range(rounds):
         lo, hi = r * width + 1, (r + 1) * width
-        for q, sql in QUERIES.items():
+        for q, sql in queries.items():
             order = ["tracked", "replaced"] if r % 2 == 0 else ["replaced", "tracked"]
             lat = {db: pgbench(cl, sql, lo, hi, seconds, db=db) for db in order}
             ratios[q].append(lat["tracked"] / lat["replaced"])
@@ -145,6 +153,7 @@ def main():
     ap.add_argument("--by", choices=["worker", "complete", "statements"], default="worker")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--seconds", type=int, default=4, help="per pgbench run (--by statements)")
+    ap.add_argument("--script", choices=sorted(SCRIPTS), default="groups")
     args = ap.parse_args()
     if not extension_installed():
         sys.exit("live_table: the leapfrog extension is not installed (make install)")
@@ -157,14 +166,15 @@ def main():
         cl.wait_ready()
         make_template(cl, args.groups, args.layout)
         if args.by == "statements":
-            statements(cl, args.groups, args.rounds, args.seconds)
+            statements(cl, args.groups, args.rounds, args.seconds, SCRIPTS[args.script])
             return
         for r in range(args.rounds):
             for kind in (KINDS if r % 2 == 0 else KINDS[::-1]):
-                res[kind].append(run(cl, kind, args.by))
+                res[kind].append(run(cl, kind, args.by, SCRIPTS[args.script]))
                 print(f"round {r + 1} {kind:8s} {res[kind][-1][0]:7.2f} s wall "
                       f"{res[kind][-1][1]:7.2f} s CPU", flush=True)
-    print(f"\nmedians (min-max), {args.groups * 10} rows, {args.layout}, by {args.by}:")
+    print(f"\nmedians (min-max), {args.groups * 10} rows, {args.layout}, by {args.by}, "
+          f"script {args.script}:")
     for kind, v in res.items():
         print(f"  {kind:8s} wall {spread([x[0] for x in v])} s  "
               f"CPU {spread([x[1] for x in v])} s")

@@ -1366,10 +1366,13 @@ migrate_live_range(LfMigration *mig, LfMapping *m, BlockNumber lo, BlockNumber h
 	Snapshot	snap;
 	LfDoneKeys *d;
 	List	   *keys;
+	List	   *tids = NIL;		/* of each key's row, for row_keys */
 	bool		look;
 	List	   *claimed = NIL;
+	List	   *rows = NIL;		/* the claimed keys' rows, for row_keys */
 	List	   *units;
-	ListCell   *lc;
+	ListCell   *lc,
+			   *lt;
 	uint64		n;
 
 	if (!lock_unit_inputs(m))
@@ -1377,12 +1380,16 @@ migrate_live_range(LfMigration *mig, LfMapping *m, BlockNumber lo, BlockNumber h
 	sp = step_plan(mig, m->input, m);
 	snap = step_snapshot();
 	d = lf_done_keys_open(m);
-	keys = lf_live_range_keys(m, snap, lo, hi);
+	keys = lf_live_range_keys(m, snap, lo, hi, m->row_keys ? &tids : NULL);
 	look = list_member_int(look_first, m->id);
 	foreach(lc, keys)
 	{
 		if (lf_live_claim_nowait(d, m, lfirst(lc), look))
+		{
 			claimed = lappend(claimed, lfirst(lc));
+			if (m->row_keys)
+				rows = lappend(rows, list_nth(tids, foreach_current_index(lc)));
+		}
 	}
 	lf_done_keys_close(d);
 
@@ -1400,7 +1407,25 @@ migrate_live_range(LfMigration *mig, LfMapping *m, BlockNumber lo, BlockNumber h
 			look_first = list_delete_int(look_first, m->id);
 		MemoryContextSwitchTo(old);
 	}
-	units = lf_units_by_keys(m, claimed, snap);
+	if (m->row_keys)
+	{
+		/*
+		 * A primary key's only row that snap sees is the one read: no look-up
+		 * (it cost as much as the rest of the step).
+		 */
+		units = NIL;
+		forboth(lc, claimed, lt, rows)
+		{
+			LfUnit	   *u = palloc0(sizeof(LfUnit));
+
+			u->key = lfirst(lc);
+			u->n[0] = 1;
+			u->tids[0] = lfirst(lt);
+			units = lappend(units, u);
+		}
+	}
+	else
+		units = lf_units_by_keys(m, claimed, snap);
 	foreach(lc, units)
 	{
 		/* its key was read from a row that snap sees: a group without it is partial */

@@ -598,9 +598,13 @@ lf_units_of(LfMapping *m, int from, ItemPointer seeds, int nseeds, Snapshot snap
 
 			u->key[k] = nulls[k] ? (Datum) 0 : datumCopy(values[k], att->attbyval, att->attlen);
 		}
-		if (anynull && m->kind == LF_MAP_JOIN)
+		if ((anynull && m->kind == LF_MAP_JOIN) || m->row_keys)
 		{
-			/* a NULL join key matches nothing: the row is a unit of its own */
+			/*
+			 * A NULL join key matches nothing: the row is a unit of its own.
+			 * So is a row of a mapping keyed by the primary key: the key's
+			 * only row that snap sees.
+			 */
 			u->n[from] = 1;
 			u->tids[from] = palloc(sizeof(ItemPointerData));
 			u->tids[from][0] = tid;
