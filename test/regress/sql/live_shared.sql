@@ -346,6 +346,26 @@ SELECT count(*) AS triggers_left FROM pg_trigger WHERE tgrelid = 'sh_lazy.acct':
 DROP TABLE rich, notes, acct, acct_nopk, sh_eager.rich, sh_eager.notes, sh_eager.acct;
 DROP PROCEDURE public.shr_app(text);
 DROP FUNCTION public.shr_left();
+-- A row that breaks the archive's CHECK fails the migration; quarantined,
+-- it is left out of the archive (only it: each row is its own unit) and
+-- stays in the live table.
+CREATE TABLE qr (id int PRIMARY KEY, amt int);
+INSERT INTO qr SELECT g, CASE WHEN g = 3 THEN -1 ELSE g END FROM generate_series(1, 6) g;
+SELECT leapfrog.start('shqr', $$
+  CREATE TABLE qr_arch (id int PRIMARY KEY, amt int CHECK (amt > 0));
+  INSERT INTO qr_arch SELECT id, amt FROM qr;
+$$);
+SELECT public.regress_error($$SELECT leapfrog.complete('shqr')$$);
+SELECT public.regress_error($$SELECT * FROM qr_arch WHERE id = 3$$);
+SELECT * FROM qr_arch WHERE id = 4;
+SELECT leapfrog.quarantine_row('shqr', 'sh_lazy.qr', (SELECT ctid FROM qr WHERE id = 3)) AS qq \gset
+SELECT regexp_replace(:'qq', '\d+$', 'N') AS quarantine;
+SELECT id, amt, failed_sqlstate FROM :qq;
+SELECT * FROM qr_arch WHERE id = 3;
+SELECT leapfrog.complete('shqr');
+SELECT * FROM qr_arch ORDER BY id;
+SELECT count(*) AS live_rows FROM qr;
+DROP TABLE qr, qr_arch;
 
 -- Dropped by the script, with a row mapping too (a split of the table and
 -- two totals of it): retired, and tracked by keys, without a trigger
