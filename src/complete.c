@@ -30,6 +30,7 @@
 #include "executor/spi.h"
 #include "executor/tuptable.h"
 #include "miscadmin.h"
+#include "storage/bufmgr.h"
 #include "storage/lmgr.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
@@ -38,6 +39,8 @@
 
 /* complete() migrates what is left in steps of this many rows */
 #define LF_COMPLETE_STEP 10000
+/* ... and first walks a table tracked by keys in ranges of this many blocks */
+#define LF_COMPLETE_BLOCKS 64
 
 /*
  * Rows of a retired table that snap sees; with tids, their tids, at most
@@ -131,6 +134,54 @@ next_unmigrated(LfMigration *mig, Oid input, Snapshot snap, BlockNumber *from,
 			return 0;			/* completed meanwhile */
 	}
 	return lf_live_rows_from(mig, input, snap, from, tids, max);
+}
+
+/*
+ * complete()'s first walk of a live input keyed by its primary key: the
+ * workers' step over each range of blocks (lf_migrate_range), which claims
+ * the keys read from the rows without waiting and copies the rows as read,
+ * where the steps of next_unmigrated look each row's key up in the table of
+ * done keys, then claim it with another look-up (3M rows: 23.2 s against
+ * 27.7 s, bench/README.md).  What it leaves (rows other transactions were
+ * migrating) the steps find after it, at the cost of a second walk.  Not
+ * for groups: where a group's rows are scattered, the second walk and the
+ * look-ups of groups claimed made complete() slower (3.2 times the eager
+ * script's CPU against 2.8, the same page).
+ */
+static void
+claim_ranges(int id, Oid input)
+{
+	MemoryContext cxt = AllocSetContextCreate(CurrentMemoryContext, "leapfrog complete",
+											  ALLOCSET_DEFAULT_SIZES);
+
+	for (BlockNumber lo = 0;; lo += LF_COMPLETE_BLOCKS)
+	{
+		LfMigration *mig;
+		LfClaim		claim = {NULL, 0};
+		BlockNumber nblocks;
+		Relation	rel;
+		MemoryContext old;
+
+		CHECK_FOR_INTERRUPTS();
+		if (!lf_lock_input_if_exists(input, AccessShareLock))
+			break;
+		rel = table_open(input, NoLock);
+		nblocks = RelationGetNumberOfBlocks(rel);
+		table_close(rel, NoLock);
+		if (lo >= nblocks)
+			break;
+		CommandCounterIncrement();
+		lf_cache_load();
+		if ((mig = lf_migration_by_id(id)) == NULL)
+			break;				/* completed meanwhile */
+		old = MemoryContextSwitchTo(cxt);
+		(void) lf_migrate_range(mig, input, lo, Min(lo + LF_COMPLETE_BLOCKS, nblocks), &claim);
+		MemoryContextSwitchTo(old);
+		if (claim.tids)
+			pfree(claim.tids);
+		MemoryContextReset(cxt);
+	}
+	MemoryContextDelete(cxt);
 }
 
 /* Unmigrated rows of mig that snap sees (an input dropped meanwhile: none). */
@@ -391,6 +442,12 @@ lf_complete_now(LfMigration *mig)
 		Oid			input = lfirst_oid(lc);
 		BlockNumber from = 0;
 
+		lf_cache_load();
+		if ((mig = lf_migration_by_id(id)) == NULL)
+			return;				/* completed meanwhile */
+		if (list_member_oid(mig->live, input) && lf_unit_mapping(mig, input) &&
+			lf_unit_mapping(mig, input)->row_keys)
+			claim_ranges(id, input);
 		for (;;)
 		{
 			Snapshot	snap;
