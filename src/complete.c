@@ -441,12 +441,12 @@ lf_complete_now(LfMigration *mig)
 	{
 		Oid			input = lfirst_oid(lc);
 		BlockNumber from = 0;
+		LfMapping  *um;
 
 		lf_cache_load();
 		if ((mig = lf_migration_by_id(id)) == NULL)
 			return;				/* completed meanwhile */
-		if (list_member_oid(mig->live, input) && lf_unit_mapping(mig, input) &&
-			lf_unit_mapping(mig, input)->row_keys)
+		if ((um = lf_unit_mapping(mig, input)) != NULL && um->row_keys)
 			claim_ranges(id, input);
 		for (;;)
 		{

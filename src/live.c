@@ -564,9 +564,6 @@ struct LfDoneKeys
 	Relation	idx;			/* its unique index, on the key */
 	IndexInfo  *info;
 	TupleTableSlot *slot;		/* the key found */
-	int			nhash;			/* key columns whose hash functions are set
-								 * up (key_hash), or -1: one has none */
-	FmgrInfo	hash[INDEX_MAX_KEYS];
 };
 
 LfDoneKeys *
@@ -582,7 +579,6 @@ lf_done_keys_open(LfMapping *m)
 	d->idx = index_open(linitial_oid(indexes), RowExclusiveLock);
 	d->info = NULL;				/* built by the first insert */
 	d->slot = table_slot_create(d->rel, NULL);
-	d->nhash = 0;				/* set up by the first claim */
 	return d;
 }
 
@@ -670,42 +666,29 @@ insert_key(LfDoneKeys *d, LfMapping *m, Datum *key, IndexUniqueCheck check, Item
  * equality operators), so that claimers of different keys rarely take the
  * same claim lock (one lock per mapping was most of the lock waits of the
  * TPC-C aggregate at saturation); 0 when an equality has no hash function.
- * The functions are looked up once per opening of D (a worker claims a
- * key per row of a table keyed by its primary key).
  */
 static uint32
-key_hash(LfDoneKeys *d, LfMapping *m, Datum *key)
+key_hash(LfMapping *m, Datum *key)
 {
 	uint32		h = 0;
 
-	if (d->nhash == 0)
-	{
-		for (int k = 0; k < m->nkeys && d->nhash == 0; k++)
-		{
-			RegProcedure lhs,
-						rhs;
-
-			if (get_op_hash_functions(m->eqops[k], &lhs, &rhs))
-				fmgr_info(lhs, &d->hash[k]);
-			else
-				d->nhash = -1;
-		}
-		if (d->nhash == 0)
-			d->nhash = m->nkeys;
-	}
-	if (d->nhash < 0)
-		return 0;
 	for (int k = 0; k < m->nkeys; k++)
-		h = hash_combine(h, DatumGetUInt32(FunctionCall1Coll(&d->hash[k], m->collations[k],
-															 key[k])));
+	{
+		RegProcedure lhs,
+					rhs;
+
+		if (!get_op_hash_functions(m->eqops[k], &lhs, &rhs))
+			return 0;
+		h = hash_combine(h, DatumGetUInt32(OidFunctionCall1Coll(lhs, m->collations[k], key[k])));
+	}
 	return h;
 }
 
 /* The claim lock of key (the file header's locking rules) */
 static void
-claim_lock_tag(LOCKTAG *tag, LfDoneKeys *d, LfMapping *m, Datum *key)
+claim_lock_tag(LOCKTAG *tag, LfMapping *m, Datum *key)
 {
-	SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, m->done_keys, key_hash(d, m, key), LF_LIVE_LOCK_CLASS);
+	SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, m->done_keys, key_hash(m, key), LF_LIVE_LOCK_CLASS);
 }
 
 /*
@@ -723,7 +706,7 @@ lf_live_claim(LfDoneKeys *d, LfMapping *m, Datum *key, Snapshot snap, bool stric
 	LOCKTAG		tag;
 	LfLiveClaim result;
 
-	claim_lock_tag(&tag, d, m, key);
+	claim_lock_tag(&tag, m, key);
 	for (;;)
 	{
 		SnapshotData dirty;
@@ -800,7 +783,7 @@ lf_live_claim_nowait(LfDoneKeys *d, LfMapping *m, Datum *key, bool look_first)
 		if (probe(d, m, key, &dirty))
 			return false;
 	}
-	claim_lock_tag(&tag, d, m, key);
+	claim_lock_tag(&tag, m, key);
 	(void) LockAcquire(&tag, ExclusiveLock, false, false);
 	claimed = insert_key(d, m, key, UNIQUE_CHECK_PARTIAL, &tid);
 	if (!claimed)
