@@ -412,8 +412,9 @@ load_mapping(HeapTuple tup, TupleDesc desc)
  * The mappings of m tracked by keys read their input through the groups not
  * in their table of done keys (lf_live_unmigrated_query).  A row mapping of
  * such an input shares its carrier's table (start.c, track_by_keys): its
- * rows move with that GROUP BY mapping's groups, and it reads through the
- * carrier's key.  Of a live input only row mappings read, the first one is
+ * rows move with that GROUP BY or join mapping's units, and it reads
+ * through the carrier's key (a join's key columns on the row mapping's
+ * side).  Of a live input only row mappings read, the first one is
  * the carrier, keyed by the input's primary key (lf_describe_row_keys).
  */
 static void
@@ -435,7 +436,7 @@ load_unmigrated(LfMigration *m)
 			{
 				LfMapping  *other = lfirst(lc2);
 
-				if (other->kind == LF_MAP_GROUPS && other->done_keys == map->done_keys)
+				if (other->kind != LF_MAP_ROWS && other->done_keys == map->done_keys)
 				{
 					carrier = other;
 					break;
@@ -452,8 +453,13 @@ load_unmigrated(LfMigration *m)
 					 carrier->inputs[0], carrier->id);
 			if (carrier != map)
 			{
+				int			i = lf_unit_input_index(carrier, map->input);
+
+				if (i < 0)
+					elog(ERROR, "leapfrog: mapping %d does not read input %u of mapping %d",
+						 carrier->id, map->input, map->id);
 				map->nkeys = carrier->nkeys;
-				memcpy(map->keys[0], carrier->keys[0], sizeof(map->keys[0]));
+				memcpy(map->keys[0], carrier->keys[i], sizeof(map->keys[0]));
 				memcpy(map->eqops, carrier->eqops, sizeof(map->eqops));
 				memcpy(map->collations, carrier->collations, sizeof(map->collations));
 			}

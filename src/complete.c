@@ -107,7 +107,7 @@ unmigrated_rows(LfMigration *mig, Oid input, Snapshot snap)
 		/* the tables of done keys go at completion, and the live input stays */
 		if (lf_tracks_keys(m, input) &&
 			lf_lock_input_if_exists(m->done_keys, AccessShareLock))
-			n += lf_live_rows_left(m, snap);
+			n += lf_live_rows_left(m, input, snap);
 	}
 	return n;
 }

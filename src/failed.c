@@ -392,7 +392,7 @@ leapfrog_correct_row(PG_FUNCTION_ARGS)
  * transient error (lf_transient_error) says nothing of the rows: thrown.
  */
 static bool
-group_migrates(LfMigration *mig, LfMapping *m, ItemPointer tid)
+group_migrates(LfMigration *mig, LfMapping *m, Oid input, ItemPointer tid)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	ResourceOwner owner = CurrentResourceOwner;
@@ -402,7 +402,7 @@ group_migrates(LfMigration *mig, LfMapping *m, ItemPointer tid)
 	MemoryContextSwitchTo(cxt);
 	PG_TRY();
 	{
-		(void) lf_migrate_rows(mig, m->inputs[0], m, tid, 1);
+		(void) lf_migrate_rows(mig, input, m, tid, 1);
 		ReleaseCurrentSubTransaction();
 		MemoryContextSwitchTo(cxt);
 		CurrentResourceOwner = owner;
@@ -419,6 +419,10 @@ group_migrates(LfMigration *mig, LfMapping *m, ItemPointer tid)
 	PG_END_TRY();
 	return ok;
 }
+
+static Oid	quarantine_table(LfMigration *mig, Oid input);
+static uint64 quarantine_rows(LfMigration *mig, Oid input, Oid qrel, ItemPointerData *rows,
+							  int nrows, Datum sqlstate, Datum error);
 
 /*
  * Set aside the group of row tid of input, a live input tracked in place
@@ -442,11 +446,9 @@ quarantine_group(LfMigration *mig, Oid input, ItemPointer tid, Oid qrel, Datum s
 	Snapshot	snap;
 	ItemPointerData *rows = NULL;
 	int			nrows = 0;
-	Datum	   *elems;
-	Oid			types[3] = {TIDARRAYOID, TEXTOID, TEXTOID};
-	Datum		values[3];
 	ListCell   *lc;
 	List	   *failing = NIL;	/* ids of the mappings to set the group aside in */
+	List	   *others = NIL;	/* (join mapping, unit) whose other side goes too */
 	int			mig_id = mig->id;
 
 	foreach(lc, mig->mappings)
@@ -465,7 +467,7 @@ quarantine_group(LfMigration *mig, Oid input, ItemPointer tid, Oid qrel, Datum s
 		{
 			LfMapping  *m = lfirst(lc);
 
-			if (list_member_int(tried, m->id) && !group_migrates(mig, m, tid))
+			if (list_member_int(tried, m->id) && !group_migrates(mig, m, input, tid))
 				failing = lappend_int(failing, m->id);
 		}
 		/* a subtransaction's end may have reloaded the cache */
@@ -489,20 +491,25 @@ quarantine_group(LfMigration *mig, Oid input, ItemPointer tid, Oid qrel, Datum s
 			Datum		key[INDEX_MAX_KEYS];
 			LfDoneKeys *d;
 			LfUnit	   *u;
+			int			i;
 
 			if (!list_member_int(failing, m->id) ||
 				!lf_lock_input_if_exists(m->done_keys, RowExclusiveLock))
 				continue;
 			/* the key's values stay in the slot's pinned tuple until it is dropped */
-			lf_live_tuple_key(m, ExecFetchSlotHeapTuple(slot, false, NULL), RelationGetDescr(rel), key);
+			i = lf_unit_input_index(m, input);
+			lf_live_tuple_key(m, i, ExecFetchSlotHeapTuple(slot, false, NULL), RelationGetDescr(rel), key);
 			d = lf_done_keys_open(m);
 			if (lf_live_claim(d, m, key, snap, false) == LF_CLAIMED)
 			{
 				u = linitial(lf_units_by_keys(m, list_make1(key), snap));
-				rows = rows ? repalloc(rows, sizeof(ItemPointerData) * (nrows + u->n[0]))
-					: palloc(sizeof(ItemPointerData) * Max(u->n[0], 1));
-				memcpy(rows + nrows, u->tids[0], sizeof(ItemPointerData) * u->n[0]);
-				nrows += u->n[0];
+				rows = rows ? repalloc(rows, sizeof(ItemPointerData) * (nrows + u->n[i]))
+					: palloc(sizeof(ItemPointerData) * Max(u->n[i], 1));
+				memcpy(rows + nrows, u->tids[i], sizeof(ItemPointerData) * u->n[i]);
+				nrows += u->n[i];
+				/* a join key's rows in the other input go into its quarantine table */
+				if (m->ninputs == 2 && u->n[1 - i] > 0)
+					others = lappend(others, list_make2(m, u));
 			}
 			lf_done_keys_close(d);
 		}
@@ -510,9 +517,33 @@ quarantine_group(LfMigration *mig, Oid input, ItemPointer tid, Oid qrel, Datum s
 	ExecDropSingleTupleTableSlot(slot);
 	table_close(rel, NoLock);
 	UnregisterSnapshot(snap);
+	foreach(lc, others)
+	{
+		LfMapping  *m = linitial(lfirst(lc));
+		LfUnit	   *u = lsecond(lfirst(lc));
+		int			j = 1 - lf_unit_input_index(m, input);
+
+		(void) quarantine_rows(mig, m->inputs[j], quarantine_table(mig, m->inputs[j]),
+							   u->tids[j], u->n[j], sqlstate, error);
+	}
 	if (nrows == 0)
 		return 0;
 	/* a row in the groups of two mappings is set aside once */
+	return quarantine_rows(mig, input, qrel, rows, nrows, sqlstate, error);
+}
+
+/*
+ * Copy rows[0..nrows) of input, tracked by keys, into its quarantine table
+ * qrel, once each, and forget them in leapfrog.failed_row.
+ */
+static uint64
+quarantine_rows(LfMigration *mig, Oid input, Oid qrel, ItemPointerData *rows, int nrows,
+				Datum sqlstate, Datum error)
+{
+	Datum	   *elems;
+	Oid			types[3] = {TIDARRAYOID, TEXTOID, TEXTOID};
+	Datum		values[3];
+
 	qsort(rows, nrows, sizeof(ItemPointerData), (int (*) (const void *, const void *)) ItemPointerCompare);
 	nrows = qunique(rows, nrows, sizeof(ItemPointerData),
 					(int (*) (const void *, const void *)) ItemPointerCompare);
@@ -571,19 +602,19 @@ shares_name(LfMigration *mig, Oid input, const char *orig)
  * (quarantine_group).  The worker calls it too, for on_error =>
  * 'quarantine'.
  */
-Oid
-lf_quarantine(LfMigration *mig, Oid input, ItemPointer tid, const char *sqlstate,
-		   const char *error)
+/*
+ * The quarantine table of input (a retired table of mig, or a live one
+ * tracked in place), created on first use and owned by the migration's
+ * owner.  The caller is connected to SPI.
+ */
+static Oid
+quarantine_table(LfMigration *mig, Oid input)
 {
 	char	   *retired = get_rel_name(input);
 	const char *orig;
 	char		qname[NAMEDATALEN];
 	Oid			qnsp = get_namespace_oid("leapfrog_quarantine", false);
 	Oid			qrel;
-	Oid			types[3] = {TIDOID, TEXTOID, TEXTOID};
-	Datum		values[3] = {ItemPointerGetDatum(tid),
-		CStringGetTextDatum(sqlstate ? sqlstate : ""), CStringGetTextDatum(error ? error : "")};
-	uint64		moved;
 	bool		live = list_member_oid(mig->live, input);
 	char	   *source = live ? lf_relation_name(input) :
 		quote_qualified_identifier("leapfrog_retired", retired);
@@ -594,9 +625,6 @@ lf_quarantine(LfMigration *mig, Oid input, ItemPointer tid, const char *sqlstate
 		snprintf(qname, sizeof(qname), "%.*s_m%d_%u", NAMEDATALEN - 27, orig, mig->id, input);
 	else
 		snprintf(qname, sizeof(qname), "%.*s_m%d", NAMEDATALEN - 16, orig, mig->id);
-
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
 
 	/*
 	 * One creator of the input's quarantine table at a time (two workers
@@ -640,13 +668,37 @@ lf_quarantine(LfMigration *mig, Oid input, ItemPointer tid, const char *sqlstate
 				 errmsg("quarantine table %s is not owned by the owner of migration \"%s\"",
 						quote_qualified_identifier("leapfrog_quarantine", qname), mig->name),
 				 errhint("Rename or drop that table.")));
-	if (live)
+	return qrel;
+}
+
+/*
+ * Move one row of input (a retired table of mig) into the input's
+ * quarantine table; returns the quarantine table, or InvalidOid if the row
+ * is gone.  A row of an input tracked by keys sets its whole unit aside
+ * (quarantine_group).  The worker calls it too, for on_error =>
+ * 'quarantine'.
+ */
+Oid
+lf_quarantine(LfMigration *mig, Oid input, ItemPointer tid, const char *sqlstate,
+		   const char *error)
+{
+	Oid			qrel;
+	Oid			types[3] = {TIDOID, TEXTOID, TEXTOID};
+	Datum		values[3] = {ItemPointerGetDatum(tid),
+		CStringGetTextDatum(sqlstate ? sqlstate : ""), CStringGetTextDatum(error ? error : "")};
+	uint64		moved;
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	qrel = quarantine_table(mig, input);
+	if (list_member_oid(mig->live, input))
 		moved = quarantine_group(mig, input, tid, qrel, values[1], values[2]);
 	else
 		moved = run_as_owner(mig->owner,
 							 psprintf("WITH moved AS (DELETE FROM %s AS t WHERE t.ctid OPERATOR(pg_catalog.=) $1 RETURNING t.*) "
 									  "INSERT INTO %s SELECT moved.*, $2, $3 FROM moved",
-									  source, quote_qualified_identifier("leapfrog_quarantine", qname)),
+									  quote_qualified_identifier("leapfrog_retired", get_rel_name(input)),
+									  lf_relation_name(qrel)),
 							 3, types, values, SPI_OK_INSERT);
 	SPI_finish();
 	return moved > 0 ? qrel : InvalidOid;

@@ -306,10 +306,10 @@ extern bool lf_live_done(LfDoneKeys *d, LfMapping *m, Datum *key, Snapshot snap)
 extern LfLiveClaim lf_live_claim(LfDoneKeys *d, LfMapping *m, Datum *key, Snapshot snap,
 								 bool strict);
 extern bool lf_live_claim_nowait(LfDoneKeys *d, LfMapping *m, Datum *key, bool look_first);
-extern List *lf_live_range_keys(LfMapping *m, Snapshot snap, BlockNumber lo, BlockNumber hi,
+extern List *lf_live_range_keys(LfMapping *m, int i, Snapshot snap, BlockNumber lo, BlockNumber hi,
 								List **tids);
-extern void lf_live_tuple_key(LfMapping *m, HeapTuple tup, TupleDesc desc, Datum *key);
-extern uint64 lf_live_rows_left(LfMapping *m, Snapshot snap);
+extern void lf_live_tuple_key(LfMapping *m, int i, HeapTuple tup, TupleDesc desc, Datum *key);
+extern uint64 lf_live_rows_left(LfMapping *m, Oid relid, Snapshot snap);
 extern uint64 lf_live_rows_from(LfMigration *mig, Oid input, Snapshot snap, BlockNumber *from,
 								ItemPointerData *tids, uint64 max);
 

@@ -109,8 +109,8 @@ PG_FUNCTION_INFO_V1(leapfrog_live_input_trigger);
 #define LF_LIVE_LOCK_CLASS 0x4C46
 
 /*
- * Does m own a table of done keys of input: a GROUP BY mapping of an input
- * tracked by keys, or the row mapping that a live input only row mappings
+ * Does m own a table of done keys of input: a GROUP BY or join mapping of
+ * an input tracked by keys, or the row mapping that a live input only row mappings
  * read is tracked by (its units are its rows, by primary key)?  (Another
  * row mapping of such an input shares its carrier's table: its rows move
  * with that mapping's units.)
@@ -118,8 +118,8 @@ PG_FUNCTION_INFO_V1(leapfrog_live_input_trigger);
 bool
 lf_tracks_keys(LfMapping *m, Oid input)
 {
-	return (m->kind == LF_MAP_GROUPS || m->row_keys) && OidIsValid(m->done_keys) &&
-		m->inputs[0] == input;
+	return (m->kind != LF_MAP_ROWS || m->row_keys) && OidIsValid(m->done_keys) &&
+		lf_unit_input_index(m, input) >= 0;
 }
 
 /*
@@ -156,41 +156,54 @@ qualified(Oid nsp, const char *name)
 }
 
 /*
- * Why input 0 of group mapping m, or of row mapping m keyed by the input's
- * primary key (lf_describe_row_keys), cannot be tracked in place, or NULL.
- * (start.c checks what concerns the script: other mappings, replacements.)
+ * Why the inputs of group or join mapping m, or of row mapping m keyed by
+ * the input's primary key (lf_describe_row_keys), cannot be tracked by
+ * keys, or NULL.  (start.c checks what concerns the script: other mappings,
+ * replacements; and it tracks a join's inputs by keys only when the script
+ * retires them.)
  */
 const char *
 lf_live_unsupported(LfMapping *m)
 {
-	Relation	rel;
 	const char *why = NULL;
 
-	if (m->ninputs != 1 || m->kind == LF_MAP_JOIN || m->nkeys == 0)
+	if (m->nkeys == 0 || (m->kind == LF_MAP_ROWS && !m->row_keys))
 		return "not a GROUP BY mapping";
-	rel = table_open(m->inputs[0], AccessShareLock);
-	if (rel->rd_rel->relkind != RELKIND_RELATION)
-		why = "not a plain table";
-	else if (rel->rd_rel->relrowsecurity)
-		why = "row security";
-	else if (rel->rd_rules)
-		why = "rules";
-	for (int k = 0; why == NULL && k < m->nkeys; k++)
-		if (!TupleDescAttr(RelationGetDescr(rel), m->keys[0][k] - 1)->attnotnull)
-			why = "a group key column that may be NULL";
-	if (why == NULL && rel->trigdesc)
+	for (int i = 0; why == NULL && i < m->ninputs; i++)
 	{
-		/* a BEFORE row trigger firing after ours could change the key */
-		for (int i = 0; i < rel->trigdesc->numtriggers; i++)
-		{
-			Trigger    *t = &rel->trigdesc->triggers[i];
+		Relation	rel = table_open(m->inputs[i], AccessShareLock);
 
-			if (TRIGGER_FOR_ROW(t->tgtype) && TRIGGER_FOR_BEFORE(t->tgtype) &&
-				t->tgenabled != TRIGGER_DISABLED && strcmp(t->tgname, "~leapfrog") >= 0)
-				why = "a BEFORE row trigger named after \"~leapfrog\"";
+		if (rel->rd_rel->relkind != RELKIND_RELATION)
+			why = "not a plain table";
+		else if (rel->rd_rel->relrowsecurity)
+			why = "row security";
+		else if (rel->rd_rules)
+			why = "rules";
+		for (int k = 0; why == NULL && k < m->nkeys; k++)
+		{
+			Form_pg_attribute att = TupleDescAttr(RelationGetDescr(rel), m->keys[i][k] - 1);
+
+			if (!att->attnotnull)
+				why = m->kind == LF_MAP_JOIN ? "a join key column that may be NULL" :
+					"a group key column that may be NULL";
+			/* one table of done keys holds the keys of both sides */
+			else if (i > 0 && att->atttypid != get_atttype(m->inputs[0], m->keys[0][k]))
+				why = "join key columns of different types";
 		}
+		if (why == NULL && rel->trigdesc)
+		{
+			/* a BEFORE row trigger firing after ours could change the key */
+			for (int t = 0; t < rel->trigdesc->numtriggers; t++)
+			{
+				Trigger    *tg = &rel->trigdesc->triggers[t];
+
+				if (TRIGGER_FOR_ROW(tg->tgtype) && TRIGGER_FOR_BEFORE(tg->tgtype) &&
+					tg->tgenabled != TRIGGER_DISABLED && strcmp(tg->tgname, "~leapfrog") >= 0)
+					why = "a BEFORE row trigger named after \"~leapfrog\"";
+			}
+		}
+		table_close(rel, AccessShareLock);
 	}
-	table_close(rel, AccessShareLock);
 	return why;
 }
 
@@ -436,7 +449,9 @@ done_keys_exists(LfMapping *m, Expr **rhs)
 /*
  * m's query AND NOT EXISTS (SELECT FROM done_keys d WHERE d.k1 = input.k1
  * AND ...): what relevance and computing reads see of a live mapping (the
- * key columns are NOT NULL, so equality is the group's identity).  The
+ * key columns are NOT NULL, so equality is the group's identity).  Of a
+ * join, input is its preserved side (either side of an inner join): every
+ * row the join gives has its key there.  The
  * steps copy with m's own query, restricted to the rows they claimed.
  */
 Query *
@@ -444,6 +459,7 @@ lf_live_unmigrated_query(LfMapping *m)
 {
 	Query	   *q = copyObject(m->query);
 	Expr	   *rhs[INDEX_MAX_KEYS];
+	int			p = lf_unit_input_index(m, m->input);	/* a join's preserved side */
 
 	for (int k = 0; k < m->nkeys; k++)
 	{
@@ -451,8 +467,8 @@ lf_live_unmigrated_query(LfMapping *m)
 					coll;
 		int32		typmod;
 
-		get_atttypetypmodcoll(m->inputs[0], m->keys[0][k], &type, &typmod, &coll);
-		rhs[k] = (Expr *) makeVar(m->rtis[0], m->keys[0][k], type, typmod, coll, 1);
+		get_atttypetypmodcoll(m->inputs[p], m->keys[p][k], &type, &typmod, &coll);
+		rhs[k] = (Expr *) makeVar(m->rtis[p], m->keys[p][k], type, typmod, coll, 1);
 	}
 	q->jointree->quals = make_and_qual(q->jointree->quals,
 									   (Node *) makeBoolExpr(NOT_EXPR,
@@ -478,8 +494,8 @@ lf_live_pinned_gate(LfMapping *m, List *conds, int varno)
 {
 	Expr	   *rhs[INDEX_MAX_KEYS];
 
-	if (m->unmigrated == NULL)
-		return NULL;			/* not tracked in place: no anti-join to replace */
+	if (m->unmigrated == NULL || m->kind == LF_MAP_JOIN)
+		return NULL;			/* not tracked by keys, or a join: no gate */
 	for (int k = 0; k < m->nkeys; k++)
 	{
 		AttrNumber	target_att = 0;
@@ -810,20 +826,23 @@ lf_live_done(LfDoneKeys *d, LfMapping *m, Datum *key, Snapshot snap)
 		done_visible(d, snap);
 }
 
-/* The key of live mapping m in tuple tup of its input (values not copied). */
+/*
+ * The key of mapping m tracked by keys in tuple tup of its input i (values
+ * not copied).
+ */
 void
-lf_live_tuple_key(LfMapping *m, HeapTuple tup, TupleDesc desc, Datum *key)
+lf_live_tuple_key(LfMapping *m, int i, HeapTuple tup, TupleDesc desc, Datum *key)
 {
 	bool		isnull;
 
 	for (int k = 0; k < m->nkeys; k++)
 	{
-		key[k] = heap_getattr(tup, m->keys[0][k], desc, &isnull);
+		key[k] = heap_getattr(tup, m->keys[i][k], desc, &isnull);
 		if (isnull)
 			ereport(ERROR,
 					(errcode(ERRCODE_NOT_NULL_VIOLATION),
-					 errmsg("leapfrog: NULL in group key column \"%s\" of a live input",
-							NameStr(TupleDescAttr(desc, m->keys[0][k] - 1)->attname))));
+					 errmsg("leapfrog: NULL in key column \"%s\" of an input tracked by keys",
+							NameStr(TupleDescAttr(desc, m->keys[i][k] - 1)->attname))));
 	}
 }
 
@@ -837,9 +856,10 @@ lf_live_tuple_key(LfMapping *m, HeapTuple tup, TupleDesc desc, Datum *key)
  * on the input.
  */
 List *
-lf_live_range_keys(LfMapping *m, Snapshot snap, BlockNumber lo, BlockNumber hi, List **tids)
+lf_live_range_keys(LfMapping *m, int i, Snapshot snap, BlockNumber lo, BlockNumber hi,
+				   List **tids)
 {
-	Relation	rel = table_open(m->inputs[0], NoLock);
+	Relation	rel = table_open(m->inputs[i], NoLock);
 	TupleDesc	desc = RelationGetDescr(rel);
 	TupleTableSlot *slot = table_slot_create(rel, NULL);
 	ItemPointerData min,
@@ -857,10 +877,10 @@ lf_live_range_keys(LfMapping *m, Snapshot snap, BlockNumber lo, BlockNumber hi, 
 		bool		same = (last != NULL);
 
 		CHECK_FOR_INTERRUPTS();
-		lf_live_tuple_key(m, ExecFetchSlotHeapTuple(slot, false, NULL), desc, key);
+		lf_live_tuple_key(m, i, ExecFetchSlotHeapTuple(slot, false, NULL), desc, key);
 		for (int k = 0; same && k < m->nkeys; k++)
 		{
-			Form_pg_attribute att = TupleDescAttr(desc, m->keys[0][k] - 1);
+			Form_pg_attribute att = TupleDescAttr(desc, m->keys[i][k] - 1);
 
 			same = datumIsEqual(key[k], last[k], att->attbyval, att->attlen);
 		}
@@ -869,7 +889,7 @@ lf_live_range_keys(LfMapping *m, Snapshot snap, BlockNumber lo, BlockNumber hi, 
 		last = palloc(sizeof(Datum) * m->nkeys);
 		for (int k = 0; k < m->nkeys; k++)
 		{
-			Form_pg_attribute att = TupleDescAttr(desc, m->keys[0][k] - 1);
+			Form_pg_attribute att = TupleDescAttr(desc, m->keys[i][k] - 1);
 
 			last[k] = datumCopy(key[k], att->attbyval, att->attlen);
 		}
@@ -1013,9 +1033,9 @@ migrate_written_groups(LfMigration *mig, LfMapping *m, TriggerData *td, HeapTupl
 	bool		has_new = !TRIGGER_FIRED_BY_DELETE(td->tg_event);
 
 	if (has_old)
-		lf_live_tuple_key(m, td->tg_trigtuple, desc, oldkey);
+		lf_live_tuple_key(m, 0, td->tg_trigtuple, desc, oldkey);
 	if (has_new)
-		lf_live_tuple_key(m, result, desc, newkey);
+		lf_live_tuple_key(m, 0, result, desc, newkey);
 	if (has_old && has_new)
 	{
 		bool		same = true;
@@ -1089,13 +1109,13 @@ leapfrog_live_input_trigger(PG_FUNCTION_ARGS)
  */
 
 /*
- * How many rows of live input m->inputs[0] whose group is not migrated snap
- * sees (one anti-join).
+ * How many rows of input relid, tracked by keys of m, whose unit m has not
+ * migrated snap sees (one anti-join).
  */
 uint64
-lf_live_rows_left(LfMapping *m, Snapshot snap)
+lf_live_rows_left(LfMapping *m, Oid relid, Snapshot snap)
 {
-	Oid			relid = m->inputs[0];
+	int			i = lf_unit_input_index(m, relid);
 	StringInfoData sql;
 	SPIPlanPtr	plan;
 	LfSavedUser saved;
@@ -1116,7 +1136,7 @@ lf_live_rows_left(LfMapping *m, Snapshot snap)
 						 quote_identifier(get_attname(m->done_keys, k + 1, false)),
 						 quote_identifier(get_namespace_name(op->oprnamespace)),
 						 NameStr(op->oprname),
-						 quote_identifier(get_attname(relid, m->keys[0][k], false)));
+						 quote_identifier(get_attname(relid, m->keys[i][k], false)));
 		ReleaseSysCache(tup);
 	}
 	appendStringInfoChar(&sql, ')');
@@ -1189,7 +1209,7 @@ lf_live_rows_from(LfMigration *mig, Oid input, Snapshot snap, BlockNumber *from,
 		{
 			Datum		key[INDEX_MAX_KEYS];
 
-			lf_live_tuple_key(lfirst(lc), tup, desc, key);
+			lf_live_tuple_key(lfirst(lc), lf_unit_input_index(lfirst(lc), input), tup, desc, key);
 			if (!probe(lfirst(lc2), lfirst(lc), key, snap))
 			{
 				tids[n++] = slot->tts_tid;

@@ -1286,9 +1286,12 @@ migrate_unit_range(LfMigration *mig, LfMapping *m, Oid input, BlockNumber lo, Bl
  * ---------------------------------------------------------------------
  */
 
-/* Copy the rows of the groups claimed (a list of LfUnit); returns how many. */
+/*
+ * Copy the rows of the units claimed (a list of LfUnit); returns how many
+ * rows of input i (the rows of a worker's claim, *claim, are those).
+ */
 static uint64
-copy_live_claimed(LfMigration *mig, LfMapping *m, StepPlan *sp, Snapshot snap, List *units,
+copy_live_claimed(LfMigration *mig, LfMapping *m, int i, StepPlan *sp, Snapshot snap, List *units,
 				  LfClaim *claim, MigrateContext *mc)
 {
 	TidSet		claimed[2] = {{CurrentMemoryContext}, {CurrentMemoryContext}};
@@ -1298,26 +1301,29 @@ copy_live_claimed(LfMigration *mig, LfMapping *m, StepPlan *sp, Snapshot snap, L
 	{
 		LfUnit	   *u = lfirst(lc);
 
-		for (int j = 0; j < u->n[0]; j++)
-			tidset_add(&claimed[0], &u->tids[0][j]);
+		for (int j = 0; j < m->ninputs; j++)
+			for (int r = 0; r < u->n[j]; r++)
+				tidset_add(&claimed[j], &u->tids[j][r]);
 	}
-	if (claimed[0].n == 0)
+	if (claimed[0].n + claimed[1].n == 0)
 		return 0;
-	tidset_sort_unique(&claimed[0]);
+	for (int j = 0; j < m->ninputs; j++)
+		tidset_sort_unique(&claimed[j]);
 	if (claim)
-		keep_claim(claim, &claimed[0]);
-	mc->tids = claimed[0].tids;
-	mc->n = claimed[0].n;
+		keep_claim(claim, &claimed[i]);
+	mc->tids = claimed[i].tids;
+	mc->n = claimed[i].n;
 	copy_units(mig, m, sp, snap, claimed);
-	return claimed[0].n;
+	return claimed[i].n;
 }
 
 /*
- * The groups of the given rows of a live input: a statement's step.  The
- * rows are looked up first, then their groups claimed, waiting.
+ * The units of the given rows of input `input` of m, tracked by keys: a
+ * statement's step.  The rows are looked up first, then their units
+ * claimed, waiting.
  */
 static uint64
-migrate_live_units(LfMigration *mig, LfMapping *m, ItemPointer tids, int ntids,
+migrate_live_units(LfMigration *mig, LfMapping *m, Oid input, ItemPointer tids, int ntids,
 				   MigrateContext *mc)
 {
 	StepPlan   *sp;
@@ -1326,13 +1332,14 @@ migrate_live_units(LfMigration *mig, LfMapping *m, ItemPointer tids, int ntids,
 	List	   *claimed = NIL;
 	ListCell   *lc;
 	uint64		n;
+	int			i = lf_unit_input_index(m, input);
 
 	if (!lock_unit_inputs(m))
 		return 0;
 	sp = step_plan(mig, m->input, m);
 	snap = step_snapshot();
 	d = lf_done_keys_open(m);
-	foreach(lc, lf_units_of(m, 0, tids, ntids, snap))
+	foreach(lc, lf_units_of(m, i, tids, ntids, snap))
 	{
 		LfUnit	   *u = lfirst(lc);
 
@@ -1340,7 +1347,7 @@ migrate_live_units(LfMigration *mig, LfMapping *m, ItemPointer tids, int ntids,
 			claimed = lappend(claimed, u);
 	}
 	lf_done_keys_close(d);
-	n = copy_live_claimed(mig, m, sp, snap, claimed, NULL, mc);
+	n = copy_live_claimed(mig, m, i, sp, snap, claimed, NULL, mc);
 	UnregisterSnapshot(snap);
 	return n;
 }
@@ -1359,9 +1366,10 @@ migrate_live_units(LfMigration *mig, LfMapping *m, ItemPointer tids, int ntids,
 static List *look_first = NIL;
 
 static uint64
-migrate_live_range(LfMigration *mig, LfMapping *m, BlockNumber lo, BlockNumber hi,
+migrate_live_range(LfMigration *mig, LfMapping *m, Oid input, BlockNumber lo, BlockNumber hi,
 				   LfClaim *claim, MigrateContext *mc)
 {
+	int			i = lf_unit_input_index(m, input);
 	StepPlan   *sp;
 	Snapshot	snap;
 	LfDoneKeys *d;
@@ -1380,7 +1388,7 @@ migrate_live_range(LfMigration *mig, LfMapping *m, BlockNumber lo, BlockNumber h
 	sp = step_plan(mig, m->input, m);
 	snap = step_snapshot();
 	d = lf_done_keys_open(m);
-	keys = lf_live_range_keys(m, snap, lo, hi, m->row_keys ? &tids : NULL);
+	keys = lf_live_range_keys(m, i, snap, lo, hi, m->row_keys ? &tids : NULL);
 	look = list_member_int(look_first, m->id);
 	foreach(lc, keys)
 	{
@@ -1428,12 +1436,12 @@ migrate_live_range(LfMigration *mig, LfMapping *m, BlockNumber lo, BlockNumber h
 		units = lf_units_by_keys(m, claimed, snap);
 	foreach(lc, units)
 	{
-		/* its key was read from a row that snap sees: a group without it is partial */
-		if (((LfUnit *) lfirst(lc))->n[0] == 0)
-			elog(ERROR, "leapfrog: a group of %s read in blocks %u to %u has no row through index %u",
-				 get_rel_name(m->input), lo, hi - 1, lf_unit_index(m, 0));
+		/* its key was read from a row that snap sees: a unit without it is partial */
+		if (((LfUnit *) lfirst(lc))->n[i] == 0)
+			elog(ERROR, "leapfrog: a unit of %s read in blocks %u to %u has no row through index %u",
+				 get_rel_name(input), lo, hi - 1, lf_unit_index(m, i));
 	}
-	n = copy_live_claimed(mig, m, sp, snap, units, claim, mc);
+	n = copy_live_claimed(mig, m, i, sp, snap, units, claim, mc);
 	UnregisterSnapshot(snap);
 	return n;
 }
@@ -1468,7 +1476,7 @@ lf_migrate_live_key(LfMigration *mig, LfMapping *m, Datum *key)
 	c = lf_live_claim(d, m, key, snap, true);
 	lf_done_keys_close(d);
 	if (c == LF_CLAIMED)
-		(void) copy_live_claimed(mig, m, sp, snap, lf_units_by_keys(m, list_make1(key), snap),
+		(void) copy_live_claimed(mig, m, 0, sp, snap, lf_units_by_keys(m, list_make1(key), snap),
 								 NULL, &mc);
 	UnregisterSnapshot(snap);
 	pop_context(&errcb);
@@ -1504,7 +1512,7 @@ lf_migrate_range(LfMigration *mig, Oid input, BlockNumber lo, BlockNumber hi, Lf
 				LfMapping  *m = lfirst(lc);
 
 				if (lf_tracks_keys(m, input))
-					n += migrate_live_range(mig, m, lo, hi, claim, &mc);
+					n += migrate_live_range(mig, m, input, lo, hi, claim, &mc);
 			}
 		pop_context(&errcb);
 		return n;
@@ -1572,7 +1580,7 @@ lf_migrate_rows(LfMigration *mig, Oid input, LfMapping *only, ItemPointer tids, 
 
 				if (lf_tracks_keys(m, input) &&
 					(only == NULL || only->id == m->id))
-					n += (int) migrate_live_units(mig, m, tids, ntids, &mc);
+					n += (int) migrate_live_units(mig, m, input, tids, ntids, &mc);
 			}
 		pop_context(&errcb);
 		return n;

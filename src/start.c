@@ -110,6 +110,7 @@ typedef struct StartState
 	List	   *live_names;		/* ... their qualified names */
 	List	   *mappings;		/* PendingMapping */
 	List	   *replacements;	/* LfReplacement (replace.c) */
+	int			retired_keys;	/* tables of done keys made for retired inputs */
 	List	   *notices;		/* (table, why) of each, told once it succeeded */
 	/* leapfrog.plan(): what each statement does */
 	bool		planning;
@@ -129,6 +130,25 @@ unit_readers(StartState *st, Oid relid)
 		if (((PendingMapping *) lfirst(lc))->kind != LF_MAP_ROWS && pm_reads(lfirst(lc), relid))
 			n++;
 	return n;
+}
+
+/*
+ * The table of done keys that carries the row mappings of relid: the first
+ * GROUP BY or join mapping's that reads it, or none.
+ */
+static Oid
+carrier_done_keys(StartState *st, Oid relid)
+{
+	ListCell   *lc;
+
+	foreach(lc, st->mappings)
+	{
+		PendingMapping *pm = lfirst(lc);
+
+		if (pm->kind != LF_MAP_ROWS && pm_reads(pm, relid) && OidIsValid(pm->done_keys))
+			return pm->done_keys;
+	}
+	return InvalidOid;
 }
 
 /*
@@ -663,36 +683,6 @@ reads_a_table(Query *ins)
 	return list_length(list_delete_oid(relids, target)) > 0;
 }
 
-/*
- * An input row migrates once, for every mapping that reads it (migrate.c),
- * with its unit (units.c): row mappings may share an input with one group
- * or join mapping (their rows then move with its groups or join keys), but
- * two group or join mappings may not share one: their units would differ.
- * Several GROUP BY mappings of one table alone may share it: it is then
- * tracked by keys (live.c), with a table of done keys per mapping, whether
- * it stays live or is retired (keep_live_inputs, track_shared_retired,
- * once the script has run).
- */
-static void
-check_shared_inputs(StartState *st, PendingMapping *pm)
-{
-	ListCell   *lc;
-
-	foreach(lc, st->mappings)
-	{
-		PendingMapping *other = lfirst(lc);
-
-		for (int i = 0; i < pm->ninputs; i++)
-			if (pm_reads(other, pm->inputs[i]) &&
-				pm->kind != LF_MAP_ROWS && other->kind != LF_MAP_ROWS &&
-				!(pm->kind == LF_MAP_GROUPS && other->kind == LF_MAP_GROUPS))
-				refuse(errmsg("table \"%s\" is read by a join mapping and another GROUP BY or join mapping",
-							  get_rel_name(pm->inputs[i])),
-					   errdetail("Leapfrog migrates each input row once, for every mapping that reads it, with the rows of its group or join key."),
-					   errhint("Fill one of the new tables in a later migration."));
-	}
-}
-
 static void
 add_mapping(StartState *st, RawStmt *rs)
 {
@@ -724,7 +714,6 @@ add_mapping(StartState *st, RawStmt *rs)
 						  get_rel_name(pm->inputs[i])),
 				   errdetail("Its rows move into it after start()."),
 				   errhint("Put the INSERT ... SELECT before the ALTER TABLE or CREATE INDEX."));
-	check_shared_inputs(st, pm);
 	pm->target = rt_fetch(ins->resultRelation, ins->rtable)->relid;
 	if (replacement_of(st, pm->target))
 		refuse(errmsg("INSERT ... SELECT into table \"%s\", replaced lazily by the same script, is not supported",
@@ -1549,6 +1538,8 @@ add_replacement_mapping(StartState *st, LfReplacement *r)
 	pm->ninputs = 1;
 	pm->inputs[0] = r->old;
 	pm->target = r->clone;
+	/* of a table tracked by keys: its rows move with the carrier's units */
+	pm->done_keys = carrier_done_keys(st, r->old);
 	check_mapping_functions(q, r->clone);
 	pm->query = MemoryContextStrdup(st->cxt, nodeToString(q));
 	remember(st, &st->mappings, pm);
@@ -1634,9 +1625,10 @@ why_not_in_place(StartState *st, Oid relid, bool live)
 				return why;
 			rows_keyed = true;
 		}
-		else if (pm->kind != LF_MAP_GROUPS || pm->ninputs != 1)
-			return unit_readers(st, relid) > 1 ? "a join mapping reads it" :
-				"a mapping that is not a GROUP BY of it alone reads it";
+		else if (pm->kind == LF_MAP_JOIN && live)
+			return "a join mapping reads it";
+		else if (pm->kind != LF_MAP_GROUPS && pm->kind != LF_MAP_JOIN)
+			return "a mapping that is not a GROUP BY of it alone reads it";
 		if ((why = lf_live_unsupported(&m)) != NULL)
 			return why;
 	}
@@ -1644,21 +1636,22 @@ why_not_in_place(StartState *st, Oid relid, bool live)
 }
 
 static void
-refuse_shared_groups(const char *name, const char *why)
+refuse_shared_units(const char *name, const char *why)
 {
-	refuse(errmsg("table \"%s\" is read by two GROUP BY mappings and cannot be tracked by keys: %s",
+	refuse(errmsg("table \"%s\" is read by GROUP BY or join mappings that cannot track it by keys: %s",
 				  name, why),
-		   errdetail("GROUP BY mappings with different groups share a table through a table of done keys each, "
-					 "which needs every mapping that reads it to be a GROUP BY of it alone, on NOT NULL columns."),
+		   errdetail("GROUP BY and join mappings whose units differ share a table through a table of done keys each, "
+					 "which needs their key columns NOT NULL, and a join's key columns of one type on both sides."),
 		   errhint("Fill one of the new tables in a later migration."));
 }
 
 /*
- * A table of done keys for each GROUP BY mapping that reads relid (live.c),
- * and the trigger on relid into *trigger, unless trigger is NULL (a retired
+ * A table of done keys for each GROUP BY or join mapping that reads relid
+ * and has none yet (live.c; a join's may come with its other input), and
+ * the trigger on relid into *trigger, unless trigger is NULL (a retired
  * table).  A row mapping of relid shares the first one's table: its rows
- * move with that mapping's groups (the carrier's step copies them), so a
- * row is copied once, and its target's reads exclude the carrier's groups.
+ * move with that mapping's units (the carrier's step copies them), so a
+ * row is copied once, and its target's reads exclude the carrier's units.
  * Of a live table that only row mappings read, the first one has the
  * table, keyed by the primary key, and carries the others.
  */
@@ -1674,10 +1667,15 @@ track_by_keys(StartState *st, Oid relid, Oid *trigger)
 		PendingMapping *reader = lfirst(lc);
 		LfMapping	m = {0};
 
-		if (!pm_reads(reader, relid) || reader->kind != LF_MAP_GROUPS)
+		if (!pm_reads(reader, relid) || reader->kind == LF_MAP_ROWS)
 			continue;
-		describe_pending(reader, &m);
-		reader->done_keys = lf_live_track(&m, st->migration_id, nth++, trigger);
+		if (!OidIsValid(reader->done_keys))
+		{
+			describe_pending(reader, &m);
+			/* a retired table's are numbered across the migration: a join's is named after input 0 */
+			reader->done_keys = lf_live_track(&m, st->migration_id,
+											  trigger ? nth++ : st->retired_keys++, trigger);
+		}
 		if (!OidIsValid(carrier))
 			carrier = reader->done_keys;
 	}
@@ -1744,8 +1742,7 @@ keep_live_inputs(StartState *st)
 				continue;
 			if ((why = why_not_in_place(st, relid, true)) != NULL)
 			{
-				if (unit_readers(st, relid) > 1)
-					refuse_shared_groups(get_rel_name(relid), why);
+				/* read by several GROUP BY or join mappings: tracked by keys, retired */
 				(void) replace_table(st, pm->rs, pm->stmt_no, relid,
 									 "A mapping reads it and the script does not drop it: it stays live, and its rows move into a copy "
 									 "after the mapping has read them as they were at start()");
@@ -1767,28 +1764,41 @@ keep_live_inputs(StartState *st)
 }
 
 /*
- * Two GROUP BY mappings share only a table tracked by keys: a retired table
- * (dropped by the script) read by several GROUP BY mappings and by nothing
- * else gets a table of done keys per mapping, as a live one (keep_live_inputs),
- * but no trigger (nobody writes it) and its rows are never deleted: a row
- * is in a group of each mapping, migrated at different times.
+ * Mappings whose units differ share only a table tracked by keys: a retired
+ * table (dropped by the script, or live and replaced) read by several GROUP
+ * BY or join mappings gets a table of done keys per mapping, as a live one
+ * (keep_live_inputs), but no trigger (nobody writes it) and its rows are
+ * never deleted: a row is in a unit of each mapping, migrated at different
+ * times.  A join mapping tracked so tracks its other input by the same
+ * keys (its steps delete no row of either), and so on, until every retired
+ * table that a mapping tracked by keys reads is tracked by keys.
  */
 static void
 track_shared_retired(StartState *st)
 {
-	ListCell   *lc,
-			   *lc2;
+	List	   *tracked = NIL;
+	bool		more = true;
 
-	forboth(lc, st->retired, lc2, st->retired_names)
+	while (more)
 	{
-		Oid			relid = lfirst_oid(lc);
-		const char *why;
+		ListCell   *lc,
+				   *lc2;
 
-		if (unit_readers(st, relid) < 2)
-			continue;
-		if ((why = why_not_in_place(st, relid, false)) != NULL)
-			refuse_shared_groups(lfirst(lc2), why);
-		track_by_keys(st, relid, NULL);
+		more = false;
+		forboth(lc, st->retired, lc2, st->retired_names)
+		{
+			Oid			relid = lfirst_oid(lc);
+			const char *why;
+
+			if (list_member_oid(tracked, relid) ||
+				(unit_readers(st, relid) < 2 && !OidIsValid(carrier_done_keys(st, relid))))
+				continue;
+			if ((why = why_not_in_place(st, relid, false)) != NULL)
+				refuse_shared_units(lfirst(lc2), why);
+			track_by_keys(st, relid, NULL);
+			tracked = lappend_oid(tracked, relid);
+			more = true;
+		}
 	}
 }
 
@@ -1802,7 +1812,7 @@ first_done_keys(StartState *st, Oid relid)
 	{
 		PendingMapping *pm = lfirst(lc);
 
-		if (pm->input == relid && OidIsValid(pm->done_keys))
+		if (pm_reads(pm, relid) && OidIsValid(pm->done_keys))
 			return pm->done_keys;
 	}
 	return InvalidOid;
@@ -1950,6 +1960,7 @@ switch_attempt(void *arg)
 	StartState *st = arg;
 
 	st->created = st->retired = st->retired_names = st->mappings = st->replacements = NIL;
+	st->retired_keys = 0;
 	st->live = st->live_names = NIL;
 	st->notices = st->plan = NIL;
 	st->current = st->ran = 0;

@@ -642,36 +642,52 @@ lf_units_of(LfMapping *m, int from, ItemPointer seeds, int nseeds, Snapshot snap
 }
 
 /*
- * The rows of the groups of keys (each an array of the values of input 0's
- * key columns, none NULL) of GROUP BY mapping m (or row mapping by key), as snap sees them, an
- * LfUnit per key: the groups of a live input claimed by their keys
- * (live.c), which may have no row.  The caller holds a lock on the input.
+ * The rows of the units of keys (each an array of the values of input 0's
+ * key columns, none NULL) of mapping m tracked by keys (a GROUP BY or join
+ * mapping, or a row mapping by primary key), as snap sees them, an LfUnit
+ * per key, its rows in each input: the units claimed by their keys
+ * (live.c), which may have no row.  (A join tracked by keys has the same
+ * key types on both sides, live.c.)  The caller holds locks on the inputs.
  */
 List *
 lf_units_by_keys(LfMapping *m, List *keys, Snapshot snap)
 {
 	UnitPlan   *up = unit_plan(m);
-	Relation	rel = table_open(m->inputs[0], AccessShareLock);
-	Relation	idx = index_open(up->lookup[0][0].index, AccessShareLock);
-	TupleTableSlot *slot = table_slot_create(rel, NULL);
+	Relation	rels[2];
+	Relation	idxs[2];
+	TupleTableSlot *slots[2];
 	bool		nulls[INDEX_MAX_KEYS] = {0};
 	List	   *units = NIL;
 	ListCell   *lc;
 
-	Assert(m->kind == LF_MAP_GROUPS || m->row_keys);
+	Assert(m->kind != LF_MAP_ROWS || m->row_keys);
+	for (int i = 0; i < m->ninputs; i++)
+	{
+		rels[i] = table_open(m->inputs[i], AccessShareLock);
+		idxs[i] = index_open(up->lookup[i][0].index, AccessShareLock);
+		slots[i] = table_slot_create(rels[i], NULL);
+	}
 	foreach(lc, keys)
 	{
-		List	   *found = NIL;
 		LfUnit	   *u = palloc0(sizeof(LfUnit));
 
 		u->key = lfirst(lc);
-		lookup_rows(rel, idx, &up->lookup[0][0], m->nkeys, u->key, nulls, snap, slot, &found);
-		u->n[0] = tid_list_to_array(found, &u->tids[0]);
-		list_free_deep(found);
+		for (int i = 0; i < m->ninputs; i++)
+		{
+			List	   *found = NIL;
+
+			lookup_rows(rels[i], idxs[i], &up->lookup[i][0], m->nkeys, u->key, nulls, snap,
+						slots[i], &found);
+			u->n[i] = tid_list_to_array(found, &u->tids[i]);
+			list_free_deep(found);
+		}
 		units = lappend(units, u);
 	}
-	ExecDropSingleTupleTableSlot(slot);
-	index_close(idx, AccessShareLock);
-	table_close(rel, NoLock);
+	for (int i = 0; i < m->ninputs; i++)
+	{
+		ExecDropSingleTupleTableSlot(slots[i]);
+		index_close(idxs[i], AccessShareLock);
+		table_close(rels[i], NoLock);
+	}
 	return units;
 }

@@ -1,0 +1,268 @@
+--
+-- shared_join: a table read by a join mapping and by another GROUP BY or join
+-- mapping.  Their units differ (a line's stock item, its order), so the
+-- table is tracked by keys (src/start.c, track_shared_retired): a table of
+-- done keys per mapping, nothing deleted from the retired inputs, and the
+-- join's other input tracked by the join's keys too.  A table the script
+-- keeps is replaced lazily first (a join reads it), and its copy's rows
+-- move with the first mapping's units.  Every write below runs on both
+-- sides (sj_eager ran the script eagerly) and the tables are compared.
+--
+CREATE SCHEMA sj_eager;
+CREATE SCHEMA sj_lazy;
+SELECT $$
+  CREATE TABLE line (o int NOT NULL, n int NOT NULL, w int NOT NULL, i int NOT NULL,
+                     amt int NOT NULL, PRIMARY KEY (o, n));
+  CREATE INDEX line_wi ON line (w, i);
+  CREATE TABLE stock (w int NOT NULL, i int NOT NULL, qty int NOT NULL, PRIMARY KEY (w, i));
+  CREATE TABLE orders (o int PRIMARY KEY, cust text NOT NULL);
+  -- items 9, 18, ... are not stocked; stock rows of item 40 have no line
+  INSERT INTO stock SELECT w, i, (w * 7 + i) % 50 FROM generate_series(1, 3) w,
+                    generate_series(1, 40) i WHERE i % 9 <> 0;
+  INSERT INTO line SELECT o, n, 1 + (o + n) % 3, 1 + (o * n) % 39, (o * 13 + n) % 100
+                     FROM generate_series(1, 60) o, generate_series(1, 4) n;
+  -- orders 55 to 64: 61 to 64 have no line
+  INSERT INTO orders SELECT o, 'c' || o % 7 FROM generate_series(5, 64) o;
+$$ AS setup \gset
+SET search_path = sj_eager;
+SELECT public.regress_eager(:'setup');
+SET search_path = sj_lazy;
+SELECT public.regress_eager(:'setup');
+
+-- 1. Retired: the join of each line with its stock row, the orders'
+-- totals, an archive of the stock, and the orders with their lines (a right
+-- join: an order without lines gives a row).
+SELECT $$
+  CREATE TABLE line_stock AS
+    SELECT l.o, l.n, l.w, l.i, l.amt, s.qty FROM line l LEFT JOIN stock s ON s.w = l.w AND s.i = l.i;
+  CREATE TABLE total AS SELECT o, count(*) AS lines, sum(amt) AS amt FROM line GROUP BY o;
+  CREATE TABLE stock_archive AS SELECT w, i, qty FROM stock WHERE qty > 10;
+  CREATE TABLE order_lines AS
+    SELECT r.o, r.cust, l.n, l.amt FROM line l RIGHT JOIN orders r ON r.o = l.o;
+  DROP TABLE line;
+  DROP TABLE stock;
+  DROP TABLE orders;
+$$ AS script \gset
+SET search_path = sj_eager;
+SELECT public.regress_eager(:'script');
+SET search_path = sj_lazy;
+SELECT leapfrog.start('sj', :'script');
+-- a table of done keys per GROUP BY or join mapping; the archive's rows
+-- move with the join's keys (its carrier)
+SELECT p.target_relid::regclass AS target, p.done_keys IS NOT NULL AS by_keys,
+       (SELECT q.target_relid::regclass FROM leapfrog.mapping q
+         WHERE q.migration_id = p.migration_id AND q.done_keys = p.done_keys ORDER BY q.id LIMIT 1) AS carrier
+  FROM leapfrog.mapping p JOIN leapfrog.migration m ON m.id = p.migration_id
+ WHERE m.name = 'sj' ORDER BY p.id;
+SELECT i.orig_name, i.live_keys IS NOT NULL AS by_keys
+  FROM leapfrog.input i JOIN leapfrog.migration m ON m.id = i.migration_id
+ WHERE m.name = 'sj' ORDER BY 1;
+-- Keys migrated per mapping (a count of its table of done keys; a row
+-- mapping shows its carrier's).
+CREATE FUNCTION public.sj_done(mig text) RETURNS TABLE (target regclass, keys_done bigint)
+LANGUAGE plpgsql AS $$
+DECLARE r record;
+BEGIN
+  FOR r IN SELECT p.target_relid::regclass AS t, p.done_keys::regclass AS k
+             FROM leapfrog.mapping p JOIN leapfrog.migration m ON m.id = p.migration_id
+            WHERE m.name = mig AND p.done_keys IS NOT NULL ORDER BY p.id LOOP
+    target := r.t;
+    EXECUTE format('SELECT count(*) FROM %s', r.k) INTO keys_done;
+    RETURN NEXT;
+  END LOOP;
+END $$;
+-- the rows each mapping still reads: lines 240 for each of three mappings,
+-- stock 105 for the join (the archive rides on it), orders 60
+SELECT leapfrog.remaining('sj');
+SELECT * FROM public.sj_done('sj');
+-- a read of a line's stock item migrates that item's key (its stock row and
+-- every line of it), for the join only
+SELECT * FROM line_stock WHERE o = 17 AND n = 2;
+SELECT * FROM public.sj_done('sj');
+SELECT count(*) AS lines_of_item FROM line_stock WHERE w = 2 AND i = 35;
+SELECT * FROM stock_archive WHERE w = 2 AND i = 35;
+-- an order's total migrates its group, nothing else
+SELECT * FROM total WHERE o = 17;
+SELECT * FROM public.sj_done('sj');
+-- the right join: an order without lines, and one with
+SELECT * FROM order_lines WHERE o IN (17, 62) ORDER BY o, n;
+SELECT * FROM public.sj_done('sj');
+-- a computing read migrates nothing and sees what eager does
+SET leapfrog.read_mode = compute;
+SELECT * FROM public.regress_compare('sj_lazy.line_stock', 'sj_eager.line_stock');
+SELECT * FROM public.regress_compare('sj_lazy.total', 'sj_eager.total');
+SELECT * FROM public.regress_compare('sj_lazy.stock_archive', 'sj_eager.stock_archive');
+SELECT * FROM public.regress_compare('sj_lazy.order_lines', 'sj_eager.order_lines');
+SELECT * FROM public.sj_done('sj');
+RESET leapfrog.read_mode;
+SELECT leapfrog.complete('sj');
+SELECT * FROM public.regress_compare('sj_lazy.line_stock', 'sj_eager.line_stock');
+SELECT * FROM public.regress_compare('sj_lazy.total', 'sj_eager.total');
+SELECT * FROM public.regress_compare('sj_lazy.stock_archive', 'sj_eager.stock_archive');
+SELECT * FROM public.regress_compare('sj_lazy.order_lines', 'sj_eager.order_lines');
+SELECT state FROM leapfrog.migrations WHERE name = 'sj';
+-- the retired tables and the tables of done keys are gone
+CREATE FUNCTION public.sj_tables_left(mig text) RETURNS bigint LANGUAGE sql AS $$
+  SELECT count(*) FROM pg_class c
+   WHERE c.oid IN (SELECT i.relid FROM leapfrog.input i JOIN leapfrog.migration m ON m.id = i.migration_id
+                    WHERE m.name = mig AND i.live_keys IS NOT NULL
+                   UNION
+                   SELECT p.done_keys FROM leapfrog.mapping p JOIN leapfrog.migration m ON m.id = p.migration_id
+                    WHERE m.name = mig)
+$$;
+SELECT public.sj_tables_left('sj');
+
+-- 2. Kept: the tables stay live, so each is replaced lazily (a join reads
+-- them), and its copy's rows move with the first GROUP BY or join mapping's
+-- units.  The application writes both tables meanwhile.
+SELECT $$
+  CREATE TABLE line2 (o int NOT NULL, n int NOT NULL, w int NOT NULL, i int NOT NULL,
+                      amt int NOT NULL, PRIMARY KEY (o, n));
+  CREATE INDEX line2_wi ON line2 (w, i);
+  CREATE TABLE stock2 (w int NOT NULL, i int NOT NULL, qty int NOT NULL, PRIMARY KEY (w, i));
+  INSERT INTO stock2 SELECT w, i, (w * 7 + i) % 50 FROM generate_series(1, 3) w,
+                     generate_series(1, 40) i WHERE i % 9 <> 0;
+  INSERT INTO line2 SELECT o, n, 1 + (o + n) % 3, 1 + (o * n) % 39, (o * 13 + n) % 100
+                      FROM generate_series(1, 60) o, generate_series(1, 4) n;
+$$ AS setup2 \gset
+SET search_path = sj_eager;
+SELECT public.regress_eager(:'setup2');
+SET search_path = sj_lazy;
+SELECT public.regress_eager(:'setup2');
+SELECT $$
+  CREATE TABLE line2_stock AS
+    SELECT l.o, l.n, l.amt, s.w, s.i, s.qty FROM line2 l JOIN stock2 s ON s.w = l.w AND s.i = l.i;
+  CREATE TABLE total2 AS SELECT o, count(*) AS lines, sum(amt) AS amt FROM line2 GROUP BY o;
+$$ AS script2 \gset
+SET search_path = sj_eager;
+SELECT public.regress_eager(:'script2');
+SET search_path = sj_lazy;
+SELECT action, input FROM leapfrog.plan(:'script2') WHERE action <> 'mapping' ORDER BY 2;
+SELECT leapfrog.start('sj2', :'script2');
+SELECT p.target_relid::regclass AS target, p.done_keys IS NOT NULL AS by_keys,
+       (SELECT q.target_relid::regclass FROM leapfrog.mapping q
+         WHERE q.migration_id = p.migration_id AND q.done_keys = p.done_keys ORDER BY q.id LIMIT 1) AS carrier
+  FROM leapfrog.mapping p JOIN leapfrog.migration m ON m.id = p.migration_id
+ WHERE m.name = 'sj2' ORDER BY p.id;
+CREATE PROCEDURE public.sj_app(s text) LANGUAGE plpgsql AS $$
+BEGIN
+  EXECUTE format('SET LOCAL search_path = %I', s);
+  UPDATE stock2 SET qty = qty + 100 WHERE w = 2 AND i = 5;         -- a stock row with lines
+  UPDATE line2 SET amt = amt + 1000 WHERE o = 3;                   -- an order's lines
+  UPDATE line2 SET i = 40 WHERE o = 4 AND n = 1;                   -- a line moves to another item
+  DELETE FROM stock2 WHERE w = 3 AND i = 11;                       -- a stock row and its join rows
+  DELETE FROM line2 WHERE o = 5;                                   -- a whole order
+  INSERT INTO line2 VALUES (61, 1, 1, 1, 7);                       -- a new order, on a stocked item
+  INSERT INTO stock2 VALUES (1, 9, 3);                             -- an item stocked since
+  INSERT INTO line2 VALUES (62, 1, 1, 9, 8);                       -- and a line of it
+  UPDATE line2_stock SET qty = -1 WHERE o = 6 AND n = 1;           -- the new table
+  UPDATE total2 SET amt = 0 WHERE o = 7;
+END $$;
+CALL public.sj_app('sj_eager');
+CALL public.sj_app('sj_lazy');
+SELECT * FROM public.sj_done('sj2');
+SELECT * FROM line2_stock WHERE o IN (3, 4, 61, 62) ORDER BY o, n;
+SELECT * FROM sj_eager.line2_stock WHERE o IN (3, 4, 61, 62) ORDER BY o, n;
+SELECT * FROM total2 WHERE o IN (3, 5, 61) ORDER BY o;
+SELECT * FROM sj_eager.total2 WHERE o IN (3, 5, 61) ORDER BY o;
+SET leapfrog.read_mode = compute;
+SELECT * FROM public.regress_compare('sj_lazy.line2_stock', 'sj_eager.line2_stock');
+SELECT * FROM public.regress_compare('sj_lazy.total2', 'sj_eager.total2');
+SELECT * FROM public.regress_compare('sj_lazy.line2', 'sj_eager.line2');
+SELECT * FROM public.regress_compare('sj_lazy.stock2', 'sj_eager.stock2');
+RESET leapfrog.read_mode;
+SELECT leapfrog.complete('sj2');
+SELECT * FROM public.regress_compare('sj_lazy.line2_stock', 'sj_eager.line2_stock');
+SELECT * FROM public.regress_compare('sj_lazy.total2', 'sj_eager.total2');
+SELECT * FROM public.regress_compare('sj_lazy.line2', 'sj_eager.line2');
+SELECT * FROM public.regress_compare('sj_lazy.stock2', 'sj_eager.stock2');
+SELECT public.sj_tables_left('sj2');
+
+-- The same with the background workers: they walk each retired table and
+-- claim its keys in every mapping that tracks it.
+SET search_path = sj_eager;
+DROP TABLE line2_stock, total2, line2, stock2;
+SELECT public.regress_eager(:'setup2');
+SELECT public.regress_eager(:'script2');
+SET search_path = sj_lazy;
+DROP TABLE line2_stock, total2, line2, stock2;
+SELECT public.regress_eager(:'setup2');
+SELECT leapfrog.start('sj2_background', :'script2');
+CALL public.sj_app('sj_eager');
+CALL public.sj_app('sj_lazy');
+ALTER SYSTEM SET leapfrog.background = on;
+ALTER SYSTEM SET leapfrog.background_delay = 0;
+ALTER SYSTEM SET leapfrog.batch_size = 40;
+SELECT pg_reload_conf();
+SELECT leapfrog.wait('sj2_background', 60);
+SELECT name, state, error FROM leapfrog.migrations WHERE name = 'sj2_background';
+SELECT * FROM public.regress_compare('sj_lazy.line2_stock', 'sj_eager.line2_stock');
+SELECT * FROM public.regress_compare('sj_lazy.total2', 'sj_eager.total2');
+SELECT * FROM public.regress_compare('sj_lazy.line2', 'sj_eager.line2');
+SELECT * FROM public.regress_compare('sj_lazy.stock2', 'sj_eager.stock2');
+
+-- A join key that breaks the join's new table is set aside whole, with
+-- on_error => 'quarantine': its rows of both inputs go into their
+-- quarantine tables, and the orders' totals, which read the same lines,
+-- keep every line (src/failed.c, quarantine_group).
+SELECT $$
+  CREATE TABLE qj_line (o int NOT NULL, n int NOT NULL, w int NOT NULL, i int NOT NULL,
+                       amt int NOT NULL);
+  CREATE INDEX ON qj_line (w, i);
+  CREATE INDEX ON qj_line (o);
+  CREATE TABLE qj_stock (w int NOT NULL, i int NOT NULL, qty int NOT NULL, PRIMARY KEY (w, i));
+  INSERT INTO qj_stock SELECT w, i, w * 10 + i FROM generate_series(1, 2) w, generate_series(1, 5) i;
+  INSERT INTO qj_line SELECT o, n, 1 + (o + n) % 2, 1 + (o * n) % 5, o * 10 + n
+                       FROM generate_series(1, 8) o, generate_series(1, 2) n;
+$$ AS setup_q \gset
+SELECT $$
+  CREATE TABLE qj_ls (o int, n int, w int, i int, qty int CHECK (qty <> 13));
+  INSERT INTO qj_ls SELECT l.o, l.n, s.w, s.i, s.qty FROM qj_line l JOIN qj_stock s ON s.w = l.w AND s.i = l.i;
+  CREATE TABLE qj_total AS SELECT o, sum(amt) AS amt FROM qj_line GROUP BY o;
+  DROP TABLE qj_line; DROP TABLE qj_stock;
+$$ AS script_q \gset
+SET search_path = sj_lazy;
+SELECT public.regress_eager(:'setup_q');
+SELECT leapfrog.start('sjq', :'script_q', on_error => 'quarantine');
+SELECT leapfrog.wait('sjq', 60);
+ALTER SYSTEM RESET leapfrog.background;
+ALTER SYSTEM RESET leapfrog.background_delay;
+ALTER SYSTEM RESET leapfrog.batch_size;
+SELECT pg_reload_conf();
+SELECT name, state, error FROM leapfrog.migrations WHERE name = 'sjq';
+-- stock row (1, 3) breaks the CHECK: lines (6, 2) and (7, 1) are its key's
+SELECT * FROM qj_ls ORDER BY o, n;
+SELECT * FROM qj_total ORDER BY o;
+SELECT c.oid::regclass AS ql FROM pg_class c
+ WHERE c.relnamespace = 'leapfrog_quarantine'::regnamespace AND c.relname LIKE 'qj\_line\_m%' \gset
+SELECT c.oid::regclass AS qs FROM pg_class c
+ WHERE c.relnamespace = 'leapfrog_quarantine'::regnamespace AND c.relname LIKE 'qj\_stock\_m%' \gset
+SELECT o, n, w, i, amt, failed_sqlstate FROM :ql ORDER BY o, n;
+SELECT w, i, qty, failed_sqlstate FROM :qs ORDER BY w, i;
+SELECT count(*) AS failed_rows_left FROM leapfrog.failed_rows WHERE migration = 'sjq';
+
+-- 3. Refused: a join key that may be NULL, and join keys of two types (one
+-- table of done keys holds the keys of both sides).
+CREATE TABLE nk (k int, v int);
+CREATE INDEX ON nk (k);
+CREATE TABLE nk_other (k int PRIMARY KEY, label text);
+CREATE TABLE nk_big (k bigint PRIMARY KEY, label text);
+SELECT leapfrog.start('sj_bad', $$
+  CREATE TABLE nk_joined AS SELECT n.v, o.label FROM nk n JOIN nk_other o ON o.k = n.k;
+  CREATE TABLE nk_total AS SELECT k, sum(v) AS v FROM nk GROUP BY k;
+  DROP TABLE nk; DROP TABLE nk_other;
+$$);
+ALTER TABLE nk ALTER COLUMN k SET NOT NULL;
+SELECT leapfrog.start('sj_bad', $$
+  CREATE TABLE nk_joined AS SELECT n.v, o.label FROM nk n JOIN nk_big o ON o.k = n.k;
+  CREATE TABLE nk_total AS SELECT k, sum(v) AS v FROM nk GROUP BY k;
+  DROP TABLE nk; DROP TABLE nk_big;
+$$);
+SELECT count(*) AS no_migration FROM leapfrog.migrations WHERE name = 'sj_bad';
+
+DROP FUNCTION public.sj_done(text);
+DROP FUNCTION public.sj_tables_left(text);
+DROP PROCEDURE public.sj_app(text);
+RESET search_path;
+DROP SCHEMA sj_eager CASCADE;
+DROP SCHEMA sj_lazy CASCADE;
