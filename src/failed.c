@@ -672,6 +672,33 @@ quarantine_table(LfMigration *mig, Oid input)
 }
 
 /*
+ * Before a unit of input, tracked by keys, is set aside: the quarantine
+ * tables' lock (quarantine_table) of every input its rows may go to, input
+ * and the other inputs of the join mappings that track it, in OID order.
+ * Two workers setting one join key aside from either side took them in
+ * opposite orders, each waiting for the other's claim of the key
+ * (deadlock, and the migration failed; regress shared_join).
+ */
+static void
+lock_unit_quarantines(LfMigration *mig, Oid input)
+{
+	List	   *rels = list_make1_oid(input);
+	ListCell   *lc;
+
+	foreach(lc, mig->mappings)
+	{
+		LfMapping  *m = lfirst(lc);
+
+		if (lf_tracks_keys(m, input))
+			for (int i = 0; i < m->ninputs; i++)
+				rels = list_append_unique_oid(rels, m->inputs[i]);
+	}
+	list_sort(rels, list_oid_cmp);
+	foreach(lc, rels)
+		LockRelationOid(lfirst_oid(lc), ShareUpdateExclusiveLock);
+}
+
+/*
  * Move one row of input (a retired table of mig) into the input's
  * quarantine table; returns the quarantine table, or InvalidOid if the row
  * is gone.  A row of an input tracked by keys sets its whole unit aside
@@ -690,6 +717,8 @@ lf_quarantine(LfMigration *mig, Oid input, ItemPointer tid, const char *sqlstate
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
+	if (list_member_oid(mig->live, input))
+		lock_unit_quarantines(mig, input);
 	qrel = quarantine_table(mig, input);
 	if (list_member_oid(mig->live, input))
 		moved = quarantine_group(mig, input, tid, qrel, values[1], values[2]);

@@ -23,9 +23,12 @@
  *	  that migrates the group of the old and of the new row first, in each
  *	  mapping.
  *
- * A table the script drops that several GROUP BY mappings read is tracked
- * the same way, retired (start.c, track_shared_retired), without the
- * trigger: nobody writes it.
+ * A retired table (dropped by the script, or live and replaced) that
+ * several GROUP BY or join mappings read is tracked the same way (start.c,
+ * track_shared_retired), without the trigger: nobody writes it.  A join's
+ * table of done keys holds its key as input 0's columns (both sides' key
+ * columns have one type) and covers both its inputs: a key claimed from a
+ * row of either side migrates the rows of both.
  *
  * So a row written after start() only ever lands in a group already
  * migrated, and an unmigrated group holds exactly its rows at start(): the

@@ -15,8 +15,9 @@
  * follow SQL: a GROUP BY puts NULL keys in one group (one unit), and a join
  * never matches them, so a row with a NULL join key is a unit of its own.
  *
- * Tracking is unchanged (migrate.c): a unit's rows are deleted from the
- * retired inputs by the step that migrates it, in the order of the inputs
+ * Tracking is unchanged (migrate.c), unless the inputs are tracked by keys
+ * (live.c: a table several group or join mappings read): a unit's rows are
+ * deleted from the retired inputs by the step that migrates it, in the order of the inputs
  * and then of ctids.  Every claimer claims whole units in that order, so the
  * first row of a unit decides who migrates it: a session waiting for it
  * then finds the whole unit gone (or, if the holder aborts, whole again),
@@ -240,10 +241,11 @@ lf_unit_input_index(LfMapping *m, Oid relid)
 }
 
 /*
- * The group or join mapping of mig that reads input, if any (start() lets
- * no other group or join mapping read it), or the row mapping keyed by the
- * primary key of a live input only row mappings read (lf_describe_row_keys):
- * its units are what migrates.
+ * The (first) group or join mapping of mig that reads input, if any, or
+ * the row mapping keyed by the primary key of a live input only row
+ * mappings read (lf_describe_row_keys): its units are what migrates.  An
+ * input that several of them read is tracked by keys (its mappings have
+ * done_keys: live.c), each mapping's units its own.
  */
 LfMapping *
 lf_unit_mapping(LfMigration *mig, Oid input)

@@ -15,6 +15,7 @@ Environment knobs:
 
 import os
 import random
+import signal
 import threading
 import time
 from pathlib import Path
@@ -562,3 +563,33 @@ class ClientThreads:
                 return True
             time.sleep(0.05)
         return False
+
+
+def kill_midway(c, dbname, clients, rows_left, check, start_left):
+    """The crash sequence of the kill tests: once a fifth of start_left
+    rows are migrated (rows_left() says what is left) with the clients
+    committing, check(); SIGKILL the postmaster (restarted), wait for the
+    clients to commit again, check(); then SIGKILL every running worker,
+    wait, check().  Each kill must find rows left, or it tested nothing."""
+    assert clients.wait_committed(50, 60), clients.errors_seen[:5]
+    wait_until(lambda: rows_left() <= start_left * 0.8, 120, interval=0.05,
+               what="a fifth of the rows migrated")
+    check()
+    before = rows_left()
+    assert before > 0, "migrated before the crash: nothing to test"
+    c.kill_postmaster(restart=True)
+    print("postmaster killed with %d of %d rows left" % (before, start_left))
+    assert clients.wait_committed(50, 120), clients.errors_seen[:5]
+    check()
+    wait_until(lambda: c.sql("SELECT count(*) FROM pg_stat_activity WHERE backend_type "
+                             "= 'leapfrog worker'", dbname=dbname)[0][0] > 0, 60,
+               what="a worker running again")
+    before = rows_left()
+    assert before > 0, "migrated before the worker's kill: nothing to test"
+    for (pid,) in c.sql("SELECT pid FROM pg_stat_activity "
+                        "WHERE backend_type = 'leapfrog worker'", dbname=dbname):
+        os.kill(pid, signal.SIGKILL)
+    print("worker killed with %d rows left" % before)
+    time.sleep(1)
+    assert clients.wait_committed(50, 120), clients.errors_seen[:5]
+    check()

@@ -1636,6 +1636,8 @@ def gen_join(rng, case):
                   dim=key_out[0] if key_out else None,
                   id_col="id" if "id" in names else None)
     case.join_type = jt
+    case.join_key_types = types
+    case.join_input = inp
     return stmts, t
 
 
@@ -1675,6 +1677,7 @@ def gen_unit_case(seed, kind, snapshots=False):
     _fkey_workload(fkr, case)
     _with_live(case)
     _with_tracked_in_place(case)
+    _with_shared_join(case)
     return case
 
 
@@ -2220,6 +2223,77 @@ def _with_tracked_in_place(case):
         "ALTER COLUMN %s SET NOT NULL" % k for k in not_null)))
 
 
+def _with_shared_join(case):
+    """Some join cases whose key columns hold no NULL and have one type on
+    both sides get a GROUP BY mapping of the join's input a too (sib_total:
+    by a key column or by id), so that a is read by two mappings whose units
+    differ and is tracked by keys, the join's other input with it
+    (src/start.c, track_shared_retired; a live input is replaced first);
+    sometimes a row mapping of the other input too (sib_b, carried by the
+    join's keys).  The key columns become NOT NULL before start()."""
+    case.shared_join = False
+    tr = random.Random("shared-join-%d" % case.seed)
+    if case.kind != "join" or tr.random() >= 0.4:
+        return
+    a, b = case.src, case.src_b
+    if case.join_input != a or any(ta != tb for ta, tb in case.join_key_types):
+        return
+    lines = case.script.split("\n")
+    if any(re.match(r"(ALTER TABLE|CREATE (UNIQUE )?INDEX .* ON) (%s|%s)\b" % (a, b), l)
+           for l in lines):
+        return          # the script replaces one of them
+    keys_a, keys_b = case.input_keys[a], case.input_keys[b]
+    names_a = ["id"] + [c for c, _ in case.src_cols]
+    names_b = ["id"] + [c for c, _ in case.src_b_cols]
+    if any(r[names_a.index(k)] is None for r in case.rows for k in keys_a) or \
+            any(r[names_b.index(k)] is None for r in case.rows_b for k in keys_b):
+        return
+    if any("SET %s = NULL" % k in st for st in case.churn for k in keys_a + keys_b):
+        return
+    col = tr.choice(keys_a + ["id"])
+    if col == "id" and any(r[0] is None for r in case.rows):
+        col = keys_a[0]
+    sib = ("CREATE TABLE sib_total AS SELECT %s, count(*) AS n, count(DISTINCT id) AS ids, "
+           "max(id) AS top FROM %s GROUP BY %s;" % (col, a, col))
+    rows_too = tr.random() < 0.4
+    if rows_too:
+        sib += "\nCREATE TABLE sib_b AS SELECT * FROM %s WHERE id %% 2 = 0;" % b
+    drops = [i for i, l in enumerate(lines) if l in ("DROP TABLE %s;" % a, "DROP TABLE %s;" % b)]
+    if drops:
+        lines.insert(drops[0], sib)
+    else:
+        lines.append(sib)
+    case.script = "\n".join(lines)
+    if not (col == "id" and case.src_pk):
+        case.churn.append("CREATE INDEX ON %s (%s)" % (a, col))
+    case.churn.append("ALTER TABLE %s %s" % (a, ", ".join(
+        "ALTER COLUMN %s SET NOT NULL" % k for k in dict.fromkeys(keys_a + [col]))))
+    case.churn.append("ALTER TABLE %s %s" % (b, ", ".join(
+        "ALTER COLUMN %s SET NOT NULL" % k for k in keys_b)))
+    case.tracked = case.shared = case.shared_join = True
+    vals = [r[names_a.index(col)] for r in case.rows] or [0]
+    stmts = []
+    for _ in range(tr.randint(4, 10)):
+        r = tr.random()
+        v = tr.choice(vals)
+        if r < 0.45:
+            stmts.append(Stmt("SELECT * FROM sib_total WHERE %s = %%s" % col, [v]))
+        elif r < 0.6:
+            stmts.append(Stmt("SELECT count(*), sum(n), sum(ids), max(top) FROM sib_total"))
+        else:
+            stmts.append(Stmt("UPDATE sib_total SET n = n + 1 WHERE %s = %%s RETURNING *" % col,
+                              [v]))
+    if rows_too:
+        ids = [r[0] for r in case.rows_b] or [0]
+        for _ in range(tr.randint(2, 5)):
+            i = tr.choice(ids)
+            stmts.append(Stmt("SELECT * FROM sib_b WHERE id = %s", [i]) if tr.random() < 0.6 else
+                         Stmt("SELECT count(*), count(DISTINCT id) FROM sib_b"))
+    for st in stmts:
+        spots = [i for i, w in enumerate(case.workload) if w.session == 0] or [0]
+        case.workload.insert(tr.choice(spots + [len(case.workload)]), st)
+
+
 def _sib_rows_workload(tr, case):
     """Reads and writes of sib_rows, the row mapping of a table tracked by
     keys, in the workload's first session."""
@@ -2629,8 +2703,10 @@ def _run_case(a, b, case, a2=None, b2=None):
             "SELECT p.target_relid::regclass::text FROM leapfrog.mapping p"
             " JOIN leapfrog.migration m ON m.id = p.migration_id"
             " JOIN leapfrog.input i ON i.migration_id = m.id AND i.relid = p.input_relid"
-            " WHERE m.name = %s AND i.orig_name LIKE %s AND p.done_keys IS NULL",
-            [case.name, "%." + case.src]).fetchall()
+            " WHERE m.name = %s AND i.orig_name LIKE ANY (%s) AND p.done_keys IS NULL",
+            [case.name, ["%." + case.src] + (["%." + case.src_b]
+                                             if getattr(case, "shared_join", False) else [])]
+        ).fetchall()
         assert not untracked, "not tracked by keys: %r\n%s" % (untracked, describe(case))
     conns = {0: (a, b), 1: (a2, b2)}
     diverged = {0: False, 1: False}  # a (permitted) 40001 in the lazy run only
@@ -2785,6 +2861,8 @@ def _tracked_kind(case):
         return None
     if getattr(case, "keyed", False):
         return "keyed"
+    if getattr(case, "shared_join", False):
+        return "join"
     if not case.shared:
         return "single"
     return "shared" if "sib_total" in case.script else "rows"
@@ -2794,20 +2872,21 @@ def _tracked_seeds():
     """Cases whose input is tracked by keys (GROUP BY cases, about 1% of the
     seeds: _with_tracked_in_place; row cases of a live input with a primary
     key: gen_case), found by generating cases from 70000 on:
-    LEAPFROG_DIFF_TRACKED_COUNT of them (default 12), a quarter of each
-    kind (_tracked_kind); odd seeds run with the worker."""
+    LEAPFROG_DIFF_TRACKED_COUNT of them (default 15), a fifth of each
+    kind (_tracked_kind; "join": a join case whose input a GROUP BY mapping
+    reads too, _with_shared_join); odd seeds run with the worker."""
     if os.environ.get("LEAPFROG_DIFF_SEEDS"):
         return _seeds()
     base = 70_000 + int(os.environ.get("LEAPFROG_DIFF_BASE", "0"))
-    count = int(os.environ.get("LEAPFROG_DIFF_TRACKED_COUNT", "12"))
-    quota = {"shared": count - 3 * (count // 4), "rows": count // 4, "single": count // 4,
-             "keyed": count // 4}
+    count = int(os.environ.get("LEAPFROG_DIFF_TRACKED_COUNT", "15"))
+    quota = {"shared": count - 4 * (count // 5), "rows": count // 5, "single": count // 5,
+             "keyed": count // 5, "join": count // 5}
     found = {k: [] for k in quota}
     seed = base
     while any(len(found[k]) < quota[k] for k in quota) and seed < base + 2000 * count:
         kind = None
-        if unit_kind(seed) == "group":
-            kind = _tracked_kind(gen_unit_case(seed, "group"))
+        if unit_kind(seed) in ("group", "join"):
+            kind = _tracked_kind(gen_unit_case(seed, unit_kind(seed)))
         elif unit_kind(seed) is None and len(found["keyed"]) < quota["keyed"]:
             kind = _tracked_kind(gen_case(seed))
         if kind and len(found[kind]) < quota[kind]:
@@ -2823,8 +2902,9 @@ def test_differential_tracked(request, seed):
     the same input (a table of done keys each) or a row mapping of it
     (carried by the GROUP BY mapping's groups), and cases whose input is
     dropped and read by two GROUP BY mappings (retired, tracked by keys);
-    row cases whose live input has a primary key (tracked by it); with and
-    without the worker."""
+    row cases whose live input has a primary key (tracked by it); join
+    cases whose input a GROUP BY mapping reads too (both inputs tracked by
+    keys, retired or replaced); with and without the worker."""
     needs_real_extension()
     case = gen_case(seed)
     if not getattr(case, "tracked", False):

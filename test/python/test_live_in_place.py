@@ -16,14 +16,11 @@ after each crash with nobody migrating and at the end:
   and the table of done keys are gone.
 """
 
-import os
-import signal
-import time
 
 import psycopg
 import pytest
 
-from support import MOCK, ClientThreads, needs_real_extension, wait_until
+from support import MOCK, ClientThreads, kill_midway, needs_real_extension, wait_until
 
 N_ORDERS = 6000
 SCRIPT = """
@@ -122,31 +119,14 @@ def test_live_in_place_survives_kill_postmaster_and_worker(make_cluster):
                                "leapfrog.background_naptime": 200})
     total_rows = c.sql("SELECT count(*) FROM lines", dbname="app")[0][0]
     writers = line_writers(c, 4, seed=7)
+
+    def check():
+        # from the first check on, the worker has migrated groups
+        assert check_exactly_once(c) > 0
+
     writers.start()
     try:
-        assert writers.wait_committed(50, 60), writers.errors_seen[:5]
-        wait_until(lambda: (left(c) or [[0]])[0][0] <= total_rows * 0.8, 120, interval=0.05,
-                   what="a fifth of the lines migrated")
-        assert check_exactly_once(c) > 0
-        before = left(c)
-        assert before and before[0][0] > 0, "migrated before the crash: nothing to test"
-        c.kill_postmaster(restart=True)
-        print("postmaster killed with %d of %d lines left" % (before[0][0], total_rows))
-        assert writers.wait_committed(50, 120), writers.errors_seen[:5]
-        check_exactly_once(c)
-        # a worker killed mid-batch (the postmaster restarts every backend)
-        wait_until(lambda: c.sql("SELECT count(*) FROM pg_stat_activity WHERE backend_type "
-                                 "= 'leapfrog worker'", dbname="app")[0][0] > 0, 60,
-                   what="a worker running again")
-        before = left(c)
-        assert before and before[0][0] > 0, "migrated before the worker's kill"
-        for (pid,) in c.sql("SELECT pid FROM pg_stat_activity "
-                            "WHERE backend_type = 'leapfrog worker'", dbname="app"):
-            os.kill(pid, signal.SIGKILL)
-        print("worker killed with %d lines left" % before[0][0])
-        time.sleep(1)
-        assert writers.wait_committed(50, 120), writers.errors_seen[:5]
-        check_exactly_once(c)
+        kill_midway(c, "app", writers, lambda: (left(c) or [[0]])[0][0], check, total_rows)
     finally:
         writers.stop()
     assert writers.errors_seen == [], writers.errors_seen[:5]
@@ -275,28 +255,7 @@ def test_live_rows_survive_kill_postmaster_and_worker(make_cluster):
                                        psycopg.errors.UniqueViolation))
     writers.start()
     try:
-        assert writers.wait_committed(50, 60), writers.errors_seen[:5]
-        wait_until(lambda: rows_left() <= n * 0.8, 120, interval=0.05,
-                   what="a fifth of the rows migrated")
-        check()
-        before = rows_left()
-        assert before > 0, "migrated before the crash: nothing to test"
-        c.kill_postmaster(restart=True)
-        print("postmaster killed with %d of %d rows left" % (before, n))
-        assert writers.wait_committed(50, 120), writers.errors_seen[:5]
-        check()
-        wait_until(lambda: c.sql("SELECT count(*) FROM pg_stat_activity WHERE backend_type "
-                                 "= 'leapfrog worker'", dbname="app")[0][0] > 0, 60,
-                   what="a worker running again")
-        before = rows_left()
-        assert before > 0, "migrated before the worker's kill"
-        for (pid,) in c.sql("SELECT pid FROM pg_stat_activity "
-                            "WHERE backend_type = 'leapfrog worker'", dbname="app"):
-            os.kill(pid, signal.SIGKILL)
-        print("worker killed with %d rows left" % before)
-        time.sleep(1)
-        assert writers.wait_committed(50, 120), writers.errors_seen[:5]
-        check()
+        kill_midway(c, "app", writers, rows_left, check, n)
     finally:
         writers.stop()
     assert writers.errors_seen == [], writers.errors_seen[:5]
