@@ -565,15 +565,15 @@ class ClientThreads:
         return False
 
 
-def kill_midway(c, dbname, clients, rows_left, check, start_left):
-    """The crash sequence of the kill tests: once a fifth of start_left
-    rows are migrated (rows_left() says what is left) with the clients
+def kill_midway(c, dbname, clients, rows_left, check, start_left, first=0.2):
+    """The crash sequence of the kill tests: once a share `first` of
+    start_left rows are migrated (rows_left() says what is left) with the clients
     committing, check(); SIGKILL the postmaster (restarted), wait for the
     clients to commit again, check(); then SIGKILL every running worker,
     wait, check().  Each kill must find rows left, or it tested nothing."""
     assert clients.wait_committed(50, 60), clients.errors_seen[:5]
-    wait_until(lambda: rows_left() <= start_left * 0.8, 120, interval=0.05,
-               what="a fifth of the rows migrated")
+    wait_until(lambda: rows_left() <= start_left * (1 - first), 120, interval=0.05,
+               what="%d%% of the rows migrated" % (100 * first))
     check()
     before = rows_left()
     assert before > 0, "migrated before the crash: nothing to test"

@@ -19,13 +19,15 @@ Invariants, after each crash and at the end:
   copied after it, shows in a count or a sum.
 """
 
+import time
+
 import psycopg
 import pytest
 
 from support import MOCK, ClientThreads, kill_midway, needs_real_extension, wait_until
 
-N_ORDERS = 8000
-N_ITEMS = 1500
+N_ORDERS = 12000
+N_ITEMS = 20000
 SCRIPT = """
   CREATE TABLE line_stock AS
     SELECT l.o, l.n, l.i, l.amt, s.qty FROM line l LEFT JOIN stock s ON s.i = l.i;
@@ -43,7 +45,7 @@ def test_join_and_group_of_live_tables_survive_kill(make_cluster):
     if MOCK:
         pytest.skip("needs the real extension")
     c = make_cluster(**{"leapfrog.background": "on", "leapfrog.background_delay": 300,
-                        "leapfrog.batch_size": 300, "leapfrog.background_naptime": 200})
+                        "leapfrog.batch_size": 100, "leapfrog.background_naptime": 300})
     c.create_database("app")
     with c.connect("app") as conn:
         conn.execute("CREATE TABLE line (o int NOT NULL, n int NOT NULL, i int NOT NULL, "
@@ -80,6 +82,8 @@ def test_join_and_group_of_live_tables_survive_kill(make_cluster):
                 conn.execute("SELECT * FROM line_stock WHERE o = %s", [o]).fetchall()
             else:
                 conn.execute("SELECT * FROM total WHERE o = %s", [o]).fetchall()
+        # paced, so that the workers' share of the migration lasts past both crashes
+        time.sleep(0.01)
 
     def check():
         with c.connect("app") as conn:
