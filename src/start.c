@@ -1586,13 +1586,15 @@ describe_pending(PendingMapping *pm, LfMapping *m)
 /*
  * Why input relid, which the script keeps (live) or drops, cannot be
  * tracked by keys (live.c), or NULL if it can: every mapping of the script
- * that reads it is a GROUP BY mapping of it alone, or a row mapping beside
- * one (carried by the first one's groups); or, of a live table with a
- * primary key, only row mappings read it (carried by the first one's rows,
- * keyed by the primary key); and the script neither replaces it nor reads
- * a table still being filled.  live.c checks the table and each mapping's
- * key (NOT NULL key columns, no rules, no row security, no BEFORE row
- * trigger firing after its own).
+ * that reads it is a GROUP BY mapping, a join mapping (of a table the
+ * script retires: a join's live inputs are replaced, then retired), or a
+ * row mapping beside one (carried by the first one's units); or, of a live
+ * table with a primary key, only row mappings read it (carried by the
+ * first one's rows, keyed by the primary key); and the script neither
+ * replaces it nor reads a table still being filled.  live.c checks the
+ * tables and each mapping's key (NOT NULL key columns, one type on both
+ * sides of a join, no rules, no row security, no BEFORE row trigger firing
+ * after its own).
  */
 static const char *
 why_not_in_place(StartState *st, Oid relid, bool live)
@@ -1627,8 +1629,6 @@ why_not_in_place(StartState *st, Oid relid, bool live)
 		}
 		else if (pm->kind == LF_MAP_JOIN && live)
 			return "a join mapping reads it";
-		else if (pm->kind != LF_MAP_GROUPS && pm->kind != LF_MAP_JOIN)
-			return "a mapping that is not a GROUP BY of it alone reads it";
 		if ((why = lf_live_unsupported(&m)) != NULL)
 			return why;
 	}
