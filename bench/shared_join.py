@@ -58,10 +58,10 @@ def make_template(cl, groups, items):
         c.execute("CREATE EXTENSION leapfrog")
         c.execute("CREATE EXTENSION pg_prewarm")
         c.execute("CREATE TABLE items (item int PRIMARY KEY, label int NOT NULL)")
-        c.execute("INSERT INTO items SELECT i, i % 1000 FROM generate_series(1, %s) i", (items,))
+        c.execute("INSERT INTO items SELECT i, i %% 1000 FROM generate_series(1, %s) i", (items,))
         c.execute("CREATE TABLE lines (g int NOT NULL, n int NOT NULL, item int NOT NULL, "
                   "amt int NOT NULL, PRIMARY KEY (g, n))")
-        c.execute("INSERT INTO lines SELECT g, n, 1 + (g * 7919 + n * 104729) %% %s, g + n "
+        c.execute("INSERT INTO lines SELECT g, n, 1 + (g::bigint * 7919 + n * 104729) %% %s, g + n "
                   "FROM generate_series(1, %s) g, generate_series(1, 10) n ORDER BY g, n",
                   (items, groups))
         c.execute("CREATE INDEX ON lines (item)")

@@ -1318,6 +1318,44 @@ copy_live_claimed(LfMigration *mig, LfMapping *m, int i, StepPlan *sp, Snapshot 
 }
 
 /*
+ * The rows of tids[0..ntids) of input i of m whose unit m has not migrated
+ * (lf_live_done, with snap), into *out: complete() hands every mapping
+ * tracking the input the rows some mapping has not migrated, and looking a
+ * unit up costs a read of all its rows (a shared join's complete() took
+ * five times its workers' CPU looking up items migrated long before).
+ */
+static int
+skip_done_seeds(LfMapping *m, int i, LfDoneKeys *d, Snapshot snap, ItemPointer tids, int ntids,
+				ItemPointer *out)
+{
+	Relation	rel = table_open(m->inputs[i], NoLock);
+	TupleTableSlot *slot = table_slot_create(rel, NULL);
+	ItemPointer keep = palloc(sizeof(ItemPointerData) * Max(ntids, 1));
+	BlockNumber nblocks = RelationGetNumberOfBlocks(rel);
+	int			n = 0;
+
+	for (int j = 0; j < ntids; j++)
+	{
+		Datum		key[INDEX_MAX_KEYS];
+
+		CHECK_FOR_INTERRUPTS();
+		if (ItemPointerIsValid(&tids[j]) && ItemPointerGetBlockNumber(&tids[j]) < nblocks &&
+			table_tuple_fetch_row_version(rel, &tids[j], snap, slot))
+		{
+			lf_live_tuple_key(m, i, ExecFetchSlotHeapTuple(slot, false, NULL),
+							  RelationGetDescr(rel), key);
+			if (lf_live_done(d, m, key, snap))
+				continue;
+		}
+		keep[n++] = tids[j];	/* (one snap cannot see is skipped by lf_units_of) */
+	}
+	ExecDropSingleTupleTableSlot(slot);
+	table_close(rel, NoLock);
+	*out = keep;
+	return n;
+}
+
+/*
  * The units of the given rows of input `input` of m, tracked by keys: a
  * statement's step.  The rows are looked up first, then their units
  * claimed, waiting.
@@ -1339,6 +1377,7 @@ migrate_live_units(LfMigration *mig, LfMapping *m, Oid input, ItemPointer tids, 
 	sp = step_plan(mig, m->input, m);
 	snap = step_snapshot();
 	d = lf_done_keys_open(m);
+	ntids = skip_done_seeds(m, i, d, snap, tids, ntids, &tids);
 	foreach(lc, lf_units_of(m, i, tids, ntids, snap))
 	{
 		LfUnit	   *u = lfirst(lc);
