@@ -26,7 +26,6 @@ It prints each run's wall time and the server's CPU time, then medians
 with their spread and lazy/eager.  Not a test: figures only.
 """
 import argparse
-import statistics
 import sys
 import time
 
@@ -40,6 +39,7 @@ from leapfrog_cluster import Cluster, extension_installed  # noqa: E402
 
 from leapfrog_bench.settings import default_settings  # noqa: E402
 from idle_completion import server_cpu_s  # noqa: E402
+from live_table import spread  # noqa: E402
 
 SCRIPT = """
   CREATE TABLE line_items AS
@@ -88,10 +88,6 @@ def run(cl, kind, by):
             elif not c.execute("SELECT leapfrog.wait('m', 900)").fetchone()[0]:
                 raise RuntimeError("the workers did not finish in 900 s")
         return time.monotonic() - t0, server_cpu_s(cl) - cpu0
-
-
-def spread(xs):
-    return f"{statistics.median(xs):.2f} ({min(xs):.2f}-{max(xs):.2f})"
 
 
 def main():
