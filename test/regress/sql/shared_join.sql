@@ -241,6 +241,30 @@ SELECT o, n, w, i, amt, failed_sqlstate FROM :ql ORDER BY o, n;
 SELECT w, i, qty, failed_sqlstate FROM :qs ORDER BY w, i;
 SELECT count(*) AS failed_rows_left FROM leapfrog.failed_rows WHERE migration = 'sjq';
 
+-- With leapfrog.track_live_inputs = off, a live table two GROUP BY
+-- mappings read is replaced and its retired version tracked by keys, as
+-- a join's (it was refused).
+SELECT $$
+  CREATE TABLE by_o AS SELECT o, sum(amt) AS amt FROM line2 GROUP BY o;
+  CREATE TABLE by_i AS SELECT w, i, count(*) AS n FROM line2 GROUP BY w, i;
+$$ AS script3 \gset
+SET search_path = sj_eager;
+SELECT public.regress_eager(:'script3');
+SET search_path = sj_lazy;
+SET leapfrog.track_live_inputs = off;
+SELECT action, input FROM leapfrog.plan(:'script3') WHERE action <> 'mapping';
+SELECT leapfrog.start('sj3', :'script3');
+RESET leapfrog.track_live_inputs;
+SELECT p.target_relid::regclass AS target, p.done_keys IS NOT NULL AS by_keys
+  FROM leapfrog.mapping p JOIN leapfrog.migration m ON m.id = p.migration_id
+ WHERE m.name = 'sj3' ORDER BY p.id;
+UPDATE line2 SET amt = amt + 1, i = 1 WHERE o = 2;
+UPDATE sj_eager.line2 SET amt = amt + 1, i = 1 WHERE o = 2;
+SELECT leapfrog.complete('sj3');
+SELECT * FROM public.regress_compare('sj_lazy.by_o', 'sj_eager.by_o');
+SELECT * FROM public.regress_compare('sj_lazy.by_i', 'sj_eager.by_i');
+SELECT * FROM public.regress_compare('sj_lazy.line2', 'sj_eager.line2');
+
 -- 3. Refused: a join key that may be NULL, and join keys of two types (one
 -- table of done keys holds the keys of both sides).
 CREATE TABLE nk (k int, v int);
