@@ -14,6 +14,9 @@ cases, 15% of the row mappings that drop their source and do not rename,
 alter or replace it): the script leaves out their DROP TABLE, and the
 workload also reads and writes them (values, group and join keys, deletes,
 inserts into existing and new groups); their final contents are compared too.
+Some GROUP BY cases get a second GROUP BY or a row mapping of their input,
+and some join cases a GROUP BY mapping of their input a (_with_shared_join),
+so that the inputs are tracked by keys (test_differential_tracked).
 Chains (test_differential_chain*, gen_chain_case): a second script, sometimes a
 third, over the tables the first migration is still filling (renames, type
 changes, added columns, indexes, splits and filters, a GROUP BY, the join of
