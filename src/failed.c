@@ -677,7 +677,7 @@ quarantine_table(LfMigration *mig, Oid input)
  * and the other inputs of the join mappings that track it, in OID order.
  * Two workers setting one join key aside from either side took them in
  * opposite orders, each waiting for the other's claim of the key
- * (deadlock, and the migration failed; regress shared_join).
+ * (deadlock, and the migration failed; isolation quarantine_join).
  */
 static void
 lock_unit_quarantines(LfMigration *mig, Oid input)
@@ -714,13 +714,14 @@ lf_quarantine(LfMigration *mig, Oid input, ItemPointer tid, const char *sqlstate
 	Datum		values[3] = {ItemPointerGetDatum(tid),
 		CStringGetTextDatum(sqlstate ? sqlstate : ""), CStringGetTextDatum(error ? error : "")};
 	uint64		moved;
+	bool		by_keys = list_member_oid(mig->live, input);
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	if (list_member_oid(mig->live, input))
+	if (by_keys)
 		lock_unit_quarantines(mig, input);
 	qrel = quarantine_table(mig, input);
-	if (list_member_oid(mig->live, input))
+	if (by_keys)
 		moved = quarantine_group(mig, input, tid, qrel, values[1], values[2]);
 	else
 		moved = run_as_owner(mig->owner,

@@ -1660,25 +1660,22 @@ track_by_keys(StartState *st, Oid relid, Oid *trigger)
 {
 	ListCell   *lc;
 	int			nth = 0;
-	Oid			carrier = InvalidOid;
+	Oid			carrier;
 
 	foreach(lc, st->mappings)
 	{
 		PendingMapping *reader = lfirst(lc);
 		LfMapping	m = {0};
 
-		if (!pm_reads(reader, relid) || reader->kind == LF_MAP_ROWS)
+		if (!pm_reads(reader, relid) || reader->kind == LF_MAP_ROWS ||
+			OidIsValid(reader->done_keys))
 			continue;
-		if (!OidIsValid(reader->done_keys))
-		{
-			describe_pending(reader, &m);
-			/* a retired table's are numbered across the migration: a join's is named after input 0 */
-			reader->done_keys = lf_live_track(&m, st->migration_id,
-											  trigger ? nth++ : st->retired_keys++, trigger);
-		}
-		if (!OidIsValid(carrier))
-			carrier = reader->done_keys;
+		describe_pending(reader, &m);
+		/* a retired table's are numbered across the migration: a join's is named after input 0 */
+		reader->done_keys = lf_live_track(&m, st->migration_id,
+										  trigger ? nth++ : st->retired_keys++, trigger);
 	}
+	carrier = carrier_done_keys(st, relid);
 	foreach(lc, st->mappings)
 	{
 		PendingMapping *reader = lfirst(lc);
