@@ -488,7 +488,7 @@ quarantine_group(LfMigration *mig, Oid input, ItemPointer tid, Oid qrel, Datum s
 		foreach(lc, mig->mappings)
 		{
 			LfMapping  *m = lfirst(lc);
-			Datum		key[INDEX_MAX_KEYS];
+			Datum		key[LF_KEY_MAX];
 			LfDoneKeys *d;
 			LfUnit	   *u;
 			int			i;

@@ -177,12 +177,29 @@ typedef struct LfMapping
 								 * read) */
 } LfMapping;
 
+/*
+ * A key of a mapping's unit, as a Datum array: its nkeys values, then, at
+ * key[nkeys], a mask of the NULL ones (bit k for key column k; a NULL
+ * value is 0).  Only a retired table shared by GROUP BY or join mappings
+ * has NULL keys tracked by keys (live.c): NULLs are equal there, so a
+ * GROUP BY's NULL group is one unit, and so are a join's rows with one NULL
+ * key (they match nothing, and the join restricted to them gives each
+ * preserved row once, NULL-extended).
+ */
+#define LF_KEY_MAX (INDEX_MAX_KEYS + 1)
+#define LF_KEY_SIZE(nkeys) (((nkeys) + 1) * sizeof(Datum))
+#define LF_KEY_NULLS(nkeys, key) DatumGetUInt32((key)[(nkeys)])
+#define LF_KEY_ISNULL(nkeys, key, k) ((LF_KEY_NULLS(nkeys, key) & (1u << (k))) != 0)
+/* each pattern of NULLs has a test of its own (lf_live_unmigrated_query) */
+#define LF_MAX_NULLABLE_KEYS 4
+
 /* The rows of one unit of a group or join mapping, per input, sorted */
 typedef struct LfUnit
 {
 	int			n[2];
 	ItemPointerData *tids[2];
-	Datum	   *key;			/* its key, as input `from` holds it */
+	Datum	   *key;			/* its key (LF_KEY_SIZE), as input `from`
+								 * holds it */
 } LfUnit;
 
 /*
@@ -293,7 +310,7 @@ typedef enum LfLiveClaim
 } LfLiveClaim;
 extern bool lf_tracks_keys(LfMapping *m, Oid input);
 extern LfMapping *lf_keys_carrier(LfMigration *mig, LfMapping *m);
-extern const char *lf_live_unsupported(LfMapping *m);
+extern const char *lf_live_unsupported(LfMapping *m, bool retired);
 extern Oid	lf_live_track(LfMapping *m, int migration_id, int nth, Oid *trigger);
 extern Oid	lf_live_trigger_table(Oid keys);
 extern Query *lf_live_unmigrated_query(LfMapping *m);

@@ -151,6 +151,20 @@ lf_keys_carrier(LfMigration *mig, LfMapping *m)
  * ---------------------------------------------------------------------
  */
 
+/* Is column att of relid NOT NULL? */
+static bool
+column_not_null(Oid relid, AttrNumber att)
+{
+	HeapTuple	tup = SearchSysCache2(ATTNUM, ObjectIdGetDatum(relid), Int16GetDatum(att));
+	bool		notnull;
+
+	if (!HeapTupleIsValid(tup))
+		elog(ERROR, "cache lookup failed for column %d of %u", att, relid);
+	notnull = ((Form_pg_attribute) GETSTRUCT(tup))->attnotnull;
+	ReleaseSysCache(tup);
+	return notnull;
+}
+
 /* "schema"."name" of a catalog object in namespace nsp */
 static char *
 qualified(Oid nsp, const char *name)
@@ -163,10 +177,13 @@ qualified(Oid nsp, const char *name)
  * the input's primary key (lf_describe_row_keys), cannot be tracked by
  * keys, or NULL.  (start.c checks what concerns the script: other mappings,
  * replacements; and it tracks a join's inputs by keys only when the script
- * retires them.)
+ * retires them.)  A retired table may have NULL keys: nobody writes it, so
+ * a NULL key is only ever met as a unit's key (LF_KEY_SIZE).  A live one
+ * may not: its trigger's claims, and the memo of the last key, are of keys
+ * that equality identifies.
  */
 const char *
-lf_live_unsupported(LfMapping *m)
+lf_live_unsupported(LfMapping *m, bool retired)
 {
 	const char *why = NULL;
 
@@ -175,6 +192,7 @@ lf_live_unsupported(LfMapping *m)
 	for (int i = 0; why == NULL && i < m->ninputs; i++)
 	{
 		Relation	rel = table_open(m->inputs[i], AccessShareLock);
+		int			nullable = 0;	/* of input i (lf_live_unmigrated_query) */
 
 		if (rel->rd_rel->relkind != RELKIND_RELATION)
 			why = "not a plain table";
@@ -186,9 +204,11 @@ lf_live_unsupported(LfMapping *m)
 		{
 			Form_pg_attribute att = TupleDescAttr(RelationGetDescr(rel), m->keys[i][k] - 1);
 
-			if (!att->attnotnull)
+			if (!att->attnotnull && !retired)
 				why = m->kind == LF_MAP_JOIN ? "a join key column that may be NULL" :
 					"a group key column that may be NULL";
+			else if (!att->attnotnull && ++nullable > LF_MAX_NULLABLE_KEYS)
+				why = psprintf("more than %d key columns that may be NULL", LF_MAX_NULLABLE_KEYS);
 			/* one table of done keys holds the keys of both sides */
 			else if (i > 0 && att->atttypid != get_atttype(m->inputs[0], m->keys[0][k]))
 				why = "join key columns of different types";
@@ -208,6 +228,16 @@ lf_live_unsupported(LfMapping *m)
 		table_close(rel, AccessShareLock);
 	}
 	return why;
+}
+
+/* May key column k of an input of m be NULL (a retired table, then)? */
+static bool
+key_may_be_null(LfMapping *m, int k)
+{
+	for (int i = 0; i < m->ninputs; i++)
+		if (!column_not_null(m->inputs[i], m->keys[i][k]))
+			return true;
+	return false;
 }
 
 /*
@@ -236,6 +266,7 @@ lf_live_track(LfMapping *m, int migration_id, int nth, Oid *trigger)
 	LfSavedUser saved;
 	oidvector  *indclass;
 	bool		isnull;
+	bool		nullable = false;	/* a key column of an input may be NULL */
 
 	/* fence: writes in flight commit first, or hold the switch back */
 	LockRelationOid(relid, ShareRowExclusiveLock);
@@ -265,7 +296,10 @@ lf_live_track(LfMapping *m, int migration_id, int nth, Oid *trigger)
 									   NameStr(((Form_pg_collation) GETSTRUCT(tup))->collname)));
 			ReleaseSysCache(tup);
 		}
-		appendStringInfoString(&cols, " NOT NULL");
+		if (key_may_be_null(m, k))
+			nullable = true;
+		else
+			appendStringInfoString(&cols, " NOT NULL");
 	}
 	/* the unique index: the key index's operator class, so its equality */
 	indclass = (oidvector *) DatumGetPointer(SysCacheGetAttr(INDEXRELID, idx->rd_indextuple,
@@ -304,8 +338,9 @@ lf_live_track(LfMapping *m, int migration_id, int nth, Oid *trigger)
 	if (SPI_execute(sql.data, false, 0) != SPI_OK_UTILITY)
 		elog(ERROR, "leapfrog: could not create %s", name);
 	resetStringInfo(&sql);
-	appendStringInfo(&sql, "CREATE UNIQUE INDEX ON leapfrog_retired.%s (%s)",
-					 quote_identifier(name), idxcols.data);
+	/* NULL keys (a retired table's) are equal: one unit each (LF_KEY_SIZE) */
+	appendStringInfo(&sql, "CREATE UNIQUE INDEX ON leapfrog_retired.%s (%s)%s",
+					 quote_identifier(name), idxcols.data, nullable ? " NULLS NOT DISTINCT" : "");
 	if (SPI_execute(sql.data, false, 0) != SPI_OK_UTILITY)
 		elog(ERROR, "leapfrog: could not index %s", name);
 	lf_unbecome(saved);
@@ -397,8 +432,20 @@ lf_live_trigger_table(Oid keys)
 /*
  * EXISTS (SELECT FROM done_keys d WHERE d.k1 = rhs1 AND ...): rhs[k] is the
  * right operand of key column k's equality (m->eqops), at the sublink's
- * level (so an input Var has varlevelsup 1).
+ * level (so an input Var has varlevelsup 1), or NULL for d.k IS NULL.
  */
+static Expr *
+null_test(Expr *arg, NullTestType type)
+{
+	NullTest   *t = makeNode(NullTest);
+
+	t->arg = arg;
+	t->nulltesttype = type;
+	t->argisrow = false;
+	t->location = -1;
+	return (Expr *) t;
+}
+
 static SubLink *
 done_keys_exists(LfMapping *m, Expr **rhs)
 {
@@ -424,11 +471,17 @@ done_keys_exists(LfMapping *m, Expr **rhs)
 		OpExpr	   *eq;
 
 		get_atttypetypmodcoll(m->inputs[0], m->keys[0][k], &type, &typmod, &coll);
-		eq = (OpExpr *) make_opclause(op, BOOLOID, false,
-									  (Expr *) makeVar(1, k + 1, type, typmod, coll, 0),
-									  rhs[k], InvalidOid, m->collations[k]);
-		eq->opfuncid = get_opcode(op);
-		conds = lappend(conds, eq);
+		if (rhs[k] == NULL)
+			conds = lappend(conds, null_test((Expr *) makeVar(1, k + 1, type, typmod, coll, 0),
+											 IS_NULL));
+		else
+		{
+			eq = (OpExpr *) make_opclause(op, BOOLOID, false,
+										  (Expr *) makeVar(1, k + 1, type, typmod, coll, 0),
+										  rhs[k], InvalidOid, m->collations[k]);
+			eq->opfuncid = get_opcode(op);
+			conds = lappend(conds, eq);
+		}
 		rte->selectedCols = bms_add_member(rte->selectedCols,
 										   k + 1 - FirstLowInvalidHeapAttributeNumber);
 		colnames = lappend(colnames, makeString(psprintf("k%d", k + 1)));
@@ -451,11 +504,18 @@ done_keys_exists(LfMapping *m, Expr **rhs)
 
 /*
  * m's query AND NOT EXISTS (SELECT FROM done_keys d WHERE d.k1 = input.k1
- * AND ...): what relevance and computing reads see of a live mapping (the
- * key columns are NOT NULL, so equality is the group's identity).  Of a
- * join, input is its preserved side (either side of an inner join): every
- * row the join gives has its key there.  The
- * steps copy with m's own query, restricted to the rows they claimed.
+ * AND ...): what relevance and computing reads see of a mapping tracked by
+ * keys.  Of a join, input is its preserved side (either side of an inner
+ * join): every row the join gives has its key there.  The steps copy with
+ * m's own query, restricted to the rows they claimed.
+ *
+ * A key with NULLs (a retired table's, LF_KEY_SIZE) passes that test, as
+ * equality with NULL is never true; each pattern of NULLs among the key
+ * columns that may be NULL then has its own: NOT (k1 IS NULL AND k2 IS NOT
+ * NULL) OR NOT EXISTS (SELECT FROM done_keys d WHERE d.k1 IS NULL AND
+ * d.k2 = input.k2), which the index of done keys answers (IS NOT DISTINCT
+ * FROM would read all of it for every such row).  With one such column its
+ * subquery is a constant, run once.
  */
 Query *
 lf_live_unmigrated_query(LfMapping *m)
@@ -463,6 +523,8 @@ lf_live_unmigrated_query(LfMapping *m)
 	Query	   *q = copyObject(m->query);
 	Expr	   *rhs[INDEX_MAX_KEYS];
 	int			p = lf_unit_input_index(m, m->input);	/* a join's preserved side */
+	int			nullable[LF_MAX_NULLABLE_KEYS];
+	int			nn = 0;
 
 	for (int k = 0; k < m->nkeys; k++)
 	{
@@ -472,11 +534,45 @@ lf_live_unmigrated_query(LfMapping *m)
 
 		get_atttypetypmodcoll(m->inputs[p], m->keys[p][k], &type, &typmod, &coll);
 		rhs[k] = (Expr *) makeVar(m->rtis[p], m->keys[p][k], type, typmod, coll, 1);
+		if (!column_not_null(m->inputs[p], m->keys[p][k]))
+		{
+			if (nn == LF_MAX_NULLABLE_KEYS)
+				elog(ERROR, "leapfrog: more than %d key columns of mapping %d may be NULL",
+					 LF_MAX_NULLABLE_KEYS, m->id);
+			nullable[nn++] = k;
+		}
 	}
 	q->jointree->quals = make_and_qual(q->jointree->quals,
 									   (Node *) makeBoolExpr(NOT_EXPR,
 															 list_make1(done_keys_exists(m, rhs)),
 															 -1));
+	for (uint32 s = 1; s < (1u << nn); s++)
+	{
+		Expr	   *r[INDEX_MAX_KEYS];
+		List	   *pattern = NIL;
+
+		for (int k = 0; k < m->nkeys; k++)
+			r[k] = copyObject(rhs[k]);
+		for (int j = 0; j < nn; j++)
+		{
+			Var		   *v = copyObject((Var *) rhs[nullable[j]]);
+
+			v->varlevelsup = 0;
+			pattern = lappend(pattern, null_test((Expr *) v, (s & (1u << j)) ? IS_NULL : IS_NOT_NULL));
+			if (s & (1u << j))
+				r[nullable[j]] = NULL;
+		}
+		q->jointree->quals =
+			make_and_qual(q->jointree->quals,
+						  (Node *) makeBoolExpr(OR_EXPR,
+												list_make2(makeBoolExpr(NOT_EXPR,
+																		list_make1(make_ands_explicit(pattern)),
+																		-1),
+														   makeBoolExpr(NOT_EXPR,
+																		list_make1(done_keys_exists(m, r)),
+																		-1)),
+												-1));
+	}
 	q->hasSubLinks = true;
 	return q;
 }
@@ -641,8 +737,14 @@ probe(LfDoneKeys *d, LfMapping *m, Datum *key, Snapshot snap)
 	bool		found;
 
 	for (int k = 0; k < m->nkeys; k++)
-		ScanKeyEntryInitialize(&sk[k], 0, k + 1, BTEqualStrategyNumber, InvalidOid,
-							   d->idx->rd_indcollation[k], get_opcode(m->eqops[k]), key[k]);
+	{
+		if (LF_KEY_ISNULL(m->nkeys, key, k))
+			ScanKeyEntryInitialize(&sk[k], SK_ISNULL | SK_SEARCHNULL, k + 1, InvalidStrategy,
+								   InvalidOid, InvalidOid, InvalidOid, (Datum) 0);
+		else
+			ScanKeyEntryInitialize(&sk[k], 0, k + 1, BTEqualStrategyNumber, InvalidOid,
+								   d->idx->rd_indcollation[k], get_opcode(m->eqops[k]), key[k]);
+	}
 	scan = index_beginscan(d->rel, d->idx, snap, m->nkeys, 0);
 	index_rescan(scan, sk, m->nkeys, NULL, 0);
 	found = index_getnext_slot(scan, ForwardScanDirection, d->slot);
@@ -660,9 +762,13 @@ probe(LfDoneKeys *d, LfMapping *m, Datum *key, Snapshot snap)
 static bool
 insert_key(LfDoneKeys *d, LfMapping *m, Datum *key, IndexUniqueCheck check, ItemPointer tid)
 {
-	bool		nulls[INDEX_MAX_KEYS] = {0};
-	HeapTuple	tup = heap_form_tuple(RelationGetDescr(d->rel), key, nulls);
+	bool		nulls[INDEX_MAX_KEYS];
+	HeapTuple	tup;
 	bool		result;
+
+	for (int k = 0; k < m->nkeys; k++)
+		nulls[k] = LF_KEY_ISNULL(m->nkeys, key, k);
+	tup = heap_form_tuple(RelationGetDescr(d->rel), key, nulls);
 
 	if (d->info == NULL)
 	{
@@ -696,6 +802,11 @@ key_hash(LfMapping *m, Datum *key)
 		RegProcedure lhs,
 					rhs;
 
+		if (LF_KEY_ISNULL(m->nkeys, key, k))
+		{
+			h = hash_combine(h, 0x4E554C4C);
+			continue;
+		}
 		if (!get_op_hash_functions(m->eqops[k], &lhs, &rhs))
 			return 0;
 		h = hash_combine(h, DatumGetUInt32(OidFunctionCall1Coll(lhs, m->collations[k], key[k])));
@@ -831,22 +942,24 @@ lf_live_done(LfDoneKeys *d, LfMapping *m, Datum *key, Snapshot snap)
 
 /*
  * The key of mapping m tracked by keys in tuple tup of its input i (values
- * not copied).
+ * not copied), into key (LF_KEY_SIZE).
  */
 void
 lf_live_tuple_key(LfMapping *m, int i, HeapTuple tup, TupleDesc desc, Datum *key)
 {
 	bool		isnull;
+	uint32		nulls = 0;
 
 	for (int k = 0; k < m->nkeys; k++)
 	{
 		key[k] = heap_getattr(tup, m->keys[i][k], desc, &isnull);
 		if (isnull)
-			ereport(ERROR,
-					(errcode(ERRCODE_NOT_NULL_VIOLATION),
-					 errmsg("leapfrog: NULL in key column \"%s\" of an input tracked by keys",
-							NameStr(TupleDescAttr(desc, m->keys[i][k] - 1)->attname))));
+		{
+			key[k] = (Datum) 0;
+			nulls |= 1u << k;
+		}
 	}
+	key[m->nkeys] = UInt32GetDatum(nulls);
 }
 
 /*
@@ -876,26 +989,30 @@ lf_live_range_keys(LfMapping *m, int i, Snapshot snap, BlockNumber lo, BlockNumb
 	scan = table_beginscan_tidrange(rel, snap, &min, &max);
 	while (table_scan_getnextslot_tidrange(scan, ForwardScanDirection, slot))
 	{
-		Datum		key[INDEX_MAX_KEYS];
-		bool		same = (last != NULL);
+		Datum		key[LF_KEY_MAX];
+		bool		same;
 
 		CHECK_FOR_INTERRUPTS();
 		lf_live_tuple_key(m, i, ExecFetchSlotHeapTuple(slot, false, NULL), desc, key);
+		same = last != NULL && key[m->nkeys] == last[m->nkeys];
 		for (int k = 0; same && k < m->nkeys; k++)
 		{
 			Form_pg_attribute att = TupleDescAttr(desc, m->keys[i][k] - 1);
 
-			same = datumIsEqual(key[k], last[k], att->attbyval, att->attlen);
+			same = LF_KEY_ISNULL(m->nkeys, key, k) ||
+				datumIsEqual(key[k], last[k], att->attbyval, att->attlen);
 		}
 		if (same)
 			continue;
-		last = palloc(sizeof(Datum) * m->nkeys);
+		last = palloc(LF_KEY_SIZE(m->nkeys));
 		for (int k = 0; k < m->nkeys; k++)
 		{
 			Form_pg_attribute att = TupleDescAttr(desc, m->keys[i][k] - 1);
 
-			last[k] = datumCopy(key[k], att->attbyval, att->attlen);
+			last[k] = LF_KEY_ISNULL(m->nkeys, key, k) ? (Datum) 0 :
+				datumCopy(key[k], att->attbyval, att->attlen);
 		}
+		last[m->nkeys] = key[m->nkeys];
 		keys = lappend(keys, last);
 		if (tids)
 		{
@@ -1030,15 +1147,31 @@ static void
 migrate_written_groups(LfMigration *mig, LfMapping *m, TriggerData *td, HeapTuple result)
 {
 	TupleDesc	desc = RelationGetDescr(td->tg_relation);
-	Datum		oldkey[INDEX_MAX_KEYS];
-	Datum		newkey[INDEX_MAX_KEYS];
+	Datum		oldkey[LF_KEY_MAX];
+	Datum		newkey[LF_KEY_MAX];
 	bool		has_old = !TRIGGER_FIRED_BY_INSERT(td->tg_event);
 	bool		has_new = !TRIGGER_FIRED_BY_DELETE(td->tg_event);
 
 	if (has_old)
 		lf_live_tuple_key(m, 0, td->tg_trigtuple, desc, oldkey);
 	if (has_new)
+	{
 		lf_live_tuple_key(m, 0, result, desc, newkey);
+
+		/*
+		 * A live table's key columns are NOT NULL (lf_live_unsupported), but
+		 * a BEFORE trigger runs before the constraint is checked: the write
+		 * fails as it would, with no key claimed.
+		 */
+		if (LF_KEY_NULLS(m->nkeys, newkey) != 0)
+			for (int k = 0; k < m->nkeys; k++)
+				if (LF_KEY_ISNULL(m->nkeys, newkey, k))
+					ereport(ERROR,
+							(errcode(ERRCODE_NOT_NULL_VIOLATION),
+							 errmsg("null value in column \"%s\" of relation \"%s\" violates not-null constraint",
+									NameStr(TupleDescAttr(desc, m->keys[0][k] - 1)->attname),
+									RelationGetRelationName(td->tg_relation))));
+	}
 	if (has_old && has_new)
 	{
 		bool		same = true;
@@ -1112,8 +1245,42 @@ leapfrog_live_input_trigger(PG_FUNCTION_ARGS)
  */
 
 /*
+ * NOT EXISTS (SELECT FROM done_keys d WHERE d.k1 = l.c1 AND ...), l a row
+ * of input i of m, with d.k IS NULL for the key columns in mask nulls.
+ */
+static void
+append_not_done(StringInfo sql, LfMapping *m, int i, uint32 nulls)
+{
+	appendStringInfo(sql, "NOT EXISTS (SELECT FROM %s d WHERE ", lf_relation_name(m->done_keys));
+	for (int k = 0; k < m->nkeys; k++)
+	{
+		HeapTuple	tup;
+		Form_pg_operator op;
+
+		appendStringInfo(sql, "%sd.%s ", k ? " AND " : "",
+						 quote_identifier(get_attname(m->done_keys, k + 1, false)));
+		if (nulls & (1u << k))
+		{
+			appendStringInfoString(sql, "IS NULL");
+			continue;
+		}
+		tup = SearchSysCache1(OPEROID, ObjectIdGetDatum(m->eqops[k]));
+		if (!HeapTupleIsValid(tup))
+			elog(ERROR, "cache lookup failed for operator %u", m->eqops[k]);
+		op = (Form_pg_operator) GETSTRUCT(tup);
+		appendStringInfo(sql, "OPERATOR(%s.%s) l.%s",
+						 quote_identifier(get_namespace_name(op->oprnamespace)),
+						 NameStr(op->oprname),
+						 quote_identifier(get_attname(m->inputs[i], m->keys[i][k], false)));
+		ReleaseSysCache(tup);
+	}
+	appendStringInfoChar(sql, ')');
+}
+
+/*
  * How many rows of input relid, tracked by keys of m, whose unit m has not
- * migrated snap sees (one anti-join).
+ * migrated snap sees (one anti-join, and one test per pattern of NULLs in
+ * the key, as lf_live_unmigrated_query).
  */
 uint64
 lf_live_rows_left(LfMapping *m, Oid relid, Snapshot snap)
@@ -1123,26 +1290,31 @@ lf_live_rows_left(LfMapping *m, Oid relid, Snapshot snap)
 	SPIPlanPtr	plan;
 	LfSavedUser saved;
 	uint64		n = 0;
+	uint32		nullable = 0;
 
 	initStringInfo(&sql);
-	appendStringInfo(&sql, "SELECT pg_catalog.count(*) FROM ONLY %s l WHERE NOT EXISTS (SELECT FROM %s d WHERE ",
-					 lf_relation_name(relid), lf_relation_name(m->done_keys));
+	appendStringInfo(&sql, "SELECT pg_catalog.count(*) FROM ONLY %s l WHERE ", lf_relation_name(relid));
+	append_not_done(&sql, m, i, 0);
 	for (int k = 0; k < m->nkeys; k++)
+		if (!column_not_null(relid, m->keys[i][k]))
+			nullable |= 1u << k;
+	/* every non-empty subset of the nullable columns */
+	for (uint32 s = nullable; s != 0; s = (s - 1) & nullable)
 	{
-		HeapTuple	tup = SearchSysCache1(OPEROID, ObjectIdGetDatum(m->eqops[k]));
-		Form_pg_operator op;
-
-		if (!HeapTupleIsValid(tup))
-			elog(ERROR, "cache lookup failed for operator %u", m->eqops[k]);
-		op = (Form_pg_operator) GETSTRUCT(tup);
-		appendStringInfo(&sql, "%sd.%s OPERATOR(%s.%s) l.%s", k ? " AND " : "",
-						 quote_identifier(get_attname(m->done_keys, k + 1, false)),
-						 quote_identifier(get_namespace_name(op->oprnamespace)),
-						 NameStr(op->oprname),
-						 quote_identifier(get_attname(relid, m->keys[i][k], false)));
-		ReleaseSysCache(tup);
+		appendStringInfoString(&sql, " AND (NOT (");
+		for (int k = 0, first = 1; k < m->nkeys; k++)
+		{
+			if (!(nullable & (1u << k)))
+				continue;
+			appendStringInfo(&sql, "%sl.%s IS %sNULL", first ? "" : " AND ",
+							 quote_identifier(get_attname(relid, m->keys[i][k], false)),
+							 (s & (1u << k)) ? "" : "NOT ");
+			first = 0;
+		}
+		appendStringInfoString(&sql, ") OR ");
+		append_not_done(&sql, m, i, s);
+		appendStringInfoChar(&sql, ')');
 	}
-	appendStringInfoChar(&sql, ')');
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
@@ -1210,7 +1382,7 @@ lf_live_rows_from(LfMigration *mig, Oid input, Snapshot snap, BlockNumber *from,
 		*from = ItemPointerGetBlockNumber(&slot->tts_tid);
 		forboth(lc, ms, lc2, ds)
 		{
-			Datum		key[INDEX_MAX_KEYS];
+			Datum		key[LF_KEY_MAX];
 
 			lf_live_tuple_key(lfirst(lc), lf_unit_input_index(lfirst(lc), input), tup, desc, key);
 			if (!probe(lfirst(lc2), lfirst(lc), key, snap))

@@ -1336,7 +1336,7 @@ skip_done_seeds(LfMapping *m, int i, LfDoneKeys *d, Snapshot snap, ItemPointer t
 
 	for (int j = 0; j < ntids; j++)
 	{
-		Datum		key[INDEX_MAX_KEYS];
+		Datum		key[LF_KEY_MAX];
 
 		CHECK_FOR_INTERRUPTS();
 		if (ItemPointerIsValid(&tids[j]) && ItemPointerGetBlockNumber(&tids[j]) < nblocks &&

@@ -1592,9 +1592,9 @@ describe_pending(PendingMapping *pm, LfMapping *m)
  * table with a primary key, only row mappings read it (carried by the
  * first one's rows, keyed by the primary key); and the script neither
  * replaces it nor reads a table still being filled.  live.c checks the
- * tables and each mapping's key (NOT NULL key columns, one type on both
- * sides of a join, no rules, no row security, no BEFORE row trigger firing
- * after its own).
+ * tables and each mapping's key (NOT NULL key columns of a live table, one
+ * type on both sides of a join, no rules, no row security, no BEFORE row
+ * trigger firing after its own).
  */
 static const char *
 why_not_in_place(StartState *st, Oid relid, bool live)
@@ -1629,7 +1629,7 @@ why_not_in_place(StartState *st, Oid relid, bool live)
 		}
 		else if (pm->kind == LF_MAP_JOIN && live)
 			return "a join mapping reads it";
-		if ((why = lf_live_unsupported(&m)) != NULL)
+		if ((why = lf_live_unsupported(&m, !live)) != NULL)
 			return why;
 	}
 	return NULL;
@@ -1641,7 +1641,8 @@ refuse_shared_units(const char *name, const char *why)
 	refuse(errmsg("table \"%s\" is read by GROUP BY or join mappings that cannot track it by keys: %s",
 				  name, why),
 		   errdetail("GROUP BY and join mappings whose units differ share a table through a table of done keys each, "
-					 "which needs their key columns NOT NULL, and a join's key columns of one type on both sides."),
+					 "which needs a join's key columns of one type on both sides, and at most %d key columns that may be NULL.",
+					 LF_MAX_NULLABLE_KEYS),
 		   errhint("Fill one of the new tables in a later migration."));
 }
 

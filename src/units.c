@@ -592,20 +592,24 @@ lf_units_of(LfMapping *m, int from, ItemPointer seeds, int nseeds, Snapshot snap
 			anynull |= nulls[k];
 		}
 		u = palloc0(sizeof(LfUnit));
-		u->key = palloc(sizeof(Datum) * m->nkeys);
+		u->key = palloc(LF_KEY_SIZE(m->nkeys));
+		u->key[m->nkeys] = UInt32GetDatum(0);
 		for (k = 0; k < m->nkeys; k++)
 		{
 			Form_pg_attribute att = TupleDescAttr(RelationGetDescr(rels[from]),
 												  m->keys[from][k] - 1);
 
 			u->key[k] = nulls[k] ? (Datum) 0 : datumCopy(values[k], att->attbyval, att->attlen);
+			if (nulls[k])
+				u->key[m->nkeys] = UInt32GetDatum(LF_KEY_NULLS(m->nkeys, u->key) | (1u << k));
 		}
-		if ((anynull && m->kind == LF_MAP_JOIN) || m->row_keys)
+		if ((anynull && m->kind == LF_MAP_JOIN && !OidIsValid(m->done_keys)) || m->row_keys)
 		{
 			/*
-			 * A NULL join key matches nothing: the row is a unit of its own.
-			 * So is a row of a mapping keyed by the primary key: the key's
-			 * only row that snap sees.
+			 * A NULL join key matches nothing: the row is a unit of its own
+			 * (tracked by keys, it is the key's unit, NULLs equal:
+			 * LF_KEY_SIZE).  So is a row of a mapping keyed by the primary
+			 * key: the key's only row that snap sees.
 			 */
 			u->n[from] = 1;
 			u->tids[from] = palloc(sizeof(ItemPointerData));
@@ -644,12 +648,13 @@ lf_units_of(LfMapping *m, int from, ItemPointer seeds, int nseeds, Snapshot snap
 }
 
 /*
- * The rows of the units of keys (each an array of the values of input 0's
- * key columns, none NULL) of mapping m tracked by keys (a GROUP BY or join
- * mapping, or a row mapping by primary key), as snap sees them, an LfUnit
- * per key, its rows in each input: the units claimed by their keys
- * (live.c), which may have no row.  (A join tracked by keys has the same
- * key types on both sides, live.c.)  The caller holds locks on the inputs.
+ * The rows of the units of keys (each a key of input 0's key columns,
+ * LF_KEY_SIZE, whose NULLs are equal) of mapping m tracked by keys (a GROUP
+ * BY or join mapping, or a row mapping by primary key), as snap sees them,
+ * an LfUnit per key, its rows in each input: the units claimed by their
+ * keys (live.c), which may have no row.  (A join tracked by keys has the
+ * same key types on both sides, live.c.)  The caller holds locks on the
+ * inputs.
  */
 List *
 lf_units_by_keys(LfMapping *m, List *keys, Snapshot snap)
@@ -658,7 +663,7 @@ lf_units_by_keys(LfMapping *m, List *keys, Snapshot snap)
 	Relation	rels[2];
 	Relation	idxs[2];
 	TupleTableSlot *slots[2];
-	bool		nulls[INDEX_MAX_KEYS] = {0};
+	bool		nulls[INDEX_MAX_KEYS];
 	List	   *units = NIL;
 	ListCell   *lc;
 
@@ -674,6 +679,8 @@ lf_units_by_keys(LfMapping *m, List *keys, Snapshot snap)
 		LfUnit	   *u = palloc0(sizeof(LfUnit));
 
 		u->key = lfirst(lc);
+		for (int k = 0; k < m->nkeys; k++)
+			nulls[k] = LF_KEY_ISNULL(m->nkeys, u->key, k);
 		for (int i = 0; i < m->ninputs; i++)
 		{
 			List	   *found = NIL;

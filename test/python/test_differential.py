@@ -2227,13 +2227,15 @@ def _with_tracked_in_place(case):
 
 
 def _with_shared_join(case):
-    """Some join cases whose key columns hold no NULL and have one type on
-    both sides get a GROUP BY mapping of the join's input a too (sib_total:
-    by a key column or by id), so that a is read by two mappings whose units
-    differ and is tracked by keys, the join's other input with it
-    (src/start.c, track_shared_retired; a live input is replaced first);
-    sometimes a row mapping of the other input too (sib_b, carried by the
-    join's keys).  The key columns become NOT NULL before start()."""
+    """Some join cases whose key columns have one type on both sides get a
+    GROUP BY mapping of the join's input a too (sib_total: by a key column
+    or by id), so that a is read by two mappings whose units differ and is
+    tracked by keys, the join's other input with it (src/start.c,
+    track_shared_retired; a live input is replaced first); sometimes a row
+    mapping of the other input too (sib_b, carried by the join's keys).
+    Half of them keep their NULL keys (NULL units: src/live.c,
+    LF_KEY_SIZE); the others' key columns become NOT NULL before start()
+    when no row or churn has a NULL key."""
     case.shared_join = False
     tr = random.Random("shared-join-%d" % case.seed)
     if case.kind != "join" or tr.random() >= 0.4:
@@ -2248,10 +2250,11 @@ def _with_shared_join(case):
     keys_a, keys_b = case.input_keys[a], case.input_keys[b]
     names_a = ["id"] + [c for c, _ in case.src_cols]
     names_b = ["id"] + [c for c, _ in case.src_b_cols]
-    if any(r[names_a.index(k)] is None for r in case.rows for k in keys_a) or \
-            any(r[names_b.index(k)] is None for r in case.rows_b for k in keys_b):
-        return
-    if any("SET %s = NULL" % k in st for st in case.churn for k in keys_a + keys_b):
+    nulls = tr.random() < 0.5
+    if not nulls and (
+            any(r[names_a.index(k)] is None for r in case.rows for k in keys_a) or
+            any(r[names_b.index(k)] is None for r in case.rows_b for k in keys_b) or
+            any("SET %s = NULL" % k in st for st in case.churn for k in keys_a + keys_b)):
         return
     col = tr.choice(keys_a + ["id"])
     if col == "id" and any(r[0] is None for r in case.rows):
@@ -2269,10 +2272,11 @@ def _with_shared_join(case):
     case.script = "\n".join(lines)
     if not (col == "id" and case.src_pk):
         case.churn.append("CREATE INDEX ON %s (%s)" % (a, col))
-    case.churn.append("ALTER TABLE %s %s" % (a, ", ".join(
-        "ALTER COLUMN %s SET NOT NULL" % k for k in dict.fromkeys(keys_a + [col]))))
-    case.churn.append("ALTER TABLE %s %s" % (b, ", ".join(
-        "ALTER COLUMN %s SET NOT NULL" % k for k in keys_b)))
+    if not nulls:
+        case.churn.append("ALTER TABLE %s %s" % (a, ", ".join(
+            "ALTER COLUMN %s SET NOT NULL" % k for k in dict.fromkeys(keys_a + [col]))))
+        case.churn.append("ALTER TABLE %s %s" % (b, ", ".join(
+            "ALTER COLUMN %s SET NOT NULL" % k for k in keys_b)))
     case.tracked = case.shared = case.shared_join = True
     vals = [r[names_a.index(col)] for r in case.rows] or [0]
     stmts = []

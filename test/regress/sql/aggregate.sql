@@ -152,15 +152,6 @@ SELECT leapfrog.start('bad', $$
 $$);
 SELECT leapfrog.start('bad', $$
   CREATE TABLE dst (a int, s bigint);
-  INSERT INTO dst SELECT a, sum(c) FROM src GROUP BY a;
-  CREATE TABLE copy (a int, b int, c int);
-  INSERT INTO copy SELECT * FROM src;
-  CREATE TABLE dst2 (a int, n bigint);
-  INSERT INTO dst2 SELECT a, max(b) FROM src GROUP BY a;
-  DROP TABLE src;
-$$);
-SELECT leapfrog.start('bad', $$
-  CREATE TABLE dst (a int, s bigint);
   INSERT INTO dst SELECT a, sum(c) FROM src GROUP BY ROLLUP (a);
   DROP TABLE src;
 $$);

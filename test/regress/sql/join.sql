@@ -172,13 +172,6 @@ SELECT leapfrog.start('bad', $$
   DROP TABLE a; DROP TABLE b; DROP TABLE c;
 $$);
 SELECT leapfrog.start('bad', $$
-  CREATE TABLE d (a int, b int);
-  INSERT INTO d SELECT a.v, b.v FROM a JOIN b ON a.id = b.id;
-  CREATE TABLE e (k int, n bigint);
-  INSERT INTO e SELECT k, count(*) FROM a GROUP BY k;
-  DROP TABLE a; DROP TABLE b;
-$$);
-SELECT leapfrog.start('bad', $$
   CREATE TABLE d (a int, s bigint);
   INSERT INTO d SELECT a.k, sum(b.v) FROM a JOIN b ON a.id = b.id GROUP BY a.k;
   DROP TABLE a; DROP TABLE b;

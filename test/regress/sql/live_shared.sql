@@ -136,22 +136,18 @@ SELECT * FROM q_by_n ORDER BY n;
 SELECT n, count(*), sum(amt) FROM q_line GROUP BY n ORDER BY n;
 
 -- Two GROUP BY mappings share a table only through a table of done keys
--- each: every mapping that reads it is a GROUP BY of it alone, on NOT NULL
--- columns.
+-- each: every mapping that reads it is a GROUP BY of it alone.
 CREATE TABLE src (a int NOT NULL, b int, c int);
 CREATE INDEX ON src (a);
 CREATE INDEX ON src (b);
 INSERT INTO src SELECT g % 3, g % 4, g FROM generate_series(1, 12) g;
--- a group key that may be NULL: refused
-SELECT leapfrog.start('bad', $$
+-- a group key that may be NULL: not in place (the trigger's keys are NOT
+-- NULL); the table is replaced, and its retired version, which nobody
+-- writes, tracked by keys with NULL keys (shared_null)
+SELECT action, input, detail FROM leapfrog.plan($$
   CREATE TABLE by_a AS SELECT a, sum(c) AS c FROM src GROUP BY a;
   CREATE TABLE by_b AS SELECT b, sum(c) AS c FROM src GROUP BY b;
-$$);
-SELECT leapfrog.start('bad', $$
-  CREATE TABLE by_a AS SELECT a, sum(c) AS c FROM src GROUP BY a;
-  CREATE TABLE by_b AS SELECT b, sum(c) AS c FROM src GROUP BY b;
-  DROP TABLE src;
-$$);
+$$) WHERE action NOT IN ('mapping', 'run');
 -- a join mapping reads it too, on a key of another type: refused (one table
 -- of done keys holds the keys of both sides; shared_join has the rest)
 ALTER TABLE src ALTER COLUMN b SET NOT NULL;
