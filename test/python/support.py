@@ -342,8 +342,11 @@ def retired_row_counts(conn, migration=None):
     """{input table: its rows left unmigrated} of the connection's database's
     retired tables, or of one migration's inputs: a retired table's rows, or
     a live input's rows whose group is not in its table of done keys, summed
-    over the GROUP BY mappings that read it (tracked in place, src/live.c).
-    Names are schema-qualified."""
+    over the GROUP BY mappings that read it (tracked in place, src/live.c;
+    NULL keys equal).  A join's other input, whose key columns are not the
+    ones its table of done keys is named after, counts all its rows (an
+    upper bound: its rows move with the join's keys).  Names are
+    schema-qualified."""
     if migration is None:
         rels = conn.execute(
             "SELECT c.oid, false FROM pg_class c JOIN pg_namespace n "
@@ -374,7 +377,14 @@ def retired_row_counts(conn, migration=None):
                 "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
                 "JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 "
                 "AND NOT a.attisdropped WHERE c.oid = %s GROUP BY 1", [keys]).fetchone()
-            match = " AND ".join("d.%s = l.%s" % (col, col) for col in cols)
+            mine = conn.execute(
+                "SELECT count(*) FROM pg_attribute WHERE attrelid = %s AND attnum > 0 "
+                "AND NOT attisdropped AND quote_ident(attname) = ANY (%s)",
+                [relid, cols]).fetchone()[0] == len(cols)
+            if not mine:
+                counts[name] += conn.execute("SELECT count(*) FROM %s" % name).fetchone()[0]
+                continue
+            match = " AND ".join("d.%s IS NOT DISTINCT FROM l.%s" % (col, col) for col in cols)
             counts[name] += conn.execute(
                 "SELECT count(*) FROM %s l WHERE NOT EXISTS (SELECT FROM %s d WHERE %s)"
                 % (name, keys_name, match)).fetchone()[0]
