@@ -180,11 +180,11 @@ typedef struct LfMapping
 /*
  * A key of a mapping's unit, as a Datum array: its nkeys values, then, at
  * key[nkeys], a mask of the NULL ones (bit k for key column k; a NULL
- * value is 0).  Only a retired table shared by GROUP BY or join mappings
- * has NULL keys tracked by keys (live.c): NULLs are equal there, so a
- * GROUP BY's NULL group is one unit, and so are a join's rows with one NULL
- * key (they match nothing, and the join restricted to them gives each
- * preserved row once, NULL-extended).
+ * value is 0).  NULLs are equal in a table tracked by keys (live.c), so a
+ * GROUP BY's NULL group is one unit, and so are a join's rows with one
+ * NULL key (they match nothing, and the join restricted to them gives each
+ * preserved row once, NULL-extended; only retired tables have them, as a
+ * join's live inputs are replaced).
  */
 #define LF_KEY_MAX (INDEX_MAX_KEYS + 1)
 #define LF_KEY_SIZE(nkeys) (((nkeys) + 1) * sizeof(Datum))
@@ -310,7 +310,7 @@ typedef enum LfLiveClaim
 } LfLiveClaim;
 extern bool lf_tracks_keys(LfMapping *m, Oid input);
 extern LfMapping *lf_keys_carrier(LfMigration *mig, LfMapping *m);
-extern const char *lf_live_unsupported(LfMapping *m, bool retired);
+extern const char *lf_live_unsupported(LfMapping *m);
 extern Oid	lf_live_track(LfMapping *m, int migration_id, int nth, Oid *trigger);
 extern Oid	lf_live_trigger_table(Oid keys);
 extern Query *lf_live_unmigrated_query(LfMapping *m);
@@ -326,6 +326,7 @@ extern bool lf_live_claim_nowait(LfDoneKeys *d, LfMapping *m, Datum *key, bool l
 extern List *lf_live_range_keys(LfMapping *m, int i, Snapshot snap, BlockNumber lo, BlockNumber hi,
 								List **tids);
 extern void lf_live_tuple_key(LfMapping *m, int i, HeapTuple tup, TupleDesc desc, Datum *key);
+extern bool lf_keys_equal(LfMapping *m, int i, TupleDesc desc, Datum *a, Datum *b);
 extern uint64 lf_live_rows_left(LfMapping *m, Oid relid, Snapshot snap);
 extern uint64 lf_live_rows_from(LfMigration *mig, Oid input, Snapshot snap, BlockNumber *from,
 								ItemPointerData *tids, uint64 max);

@@ -7,7 +7,9 @@
  * application reads and writes it, and the mapping must read it as it was
  * at start().  When GROUP BY mappings read the table, and otherwise only
  * row mappings, whose rows move with the first one's groups
- * (lf_keys_carrier), and their group keys' columns are NOT NULL; or when
+ * (lf_keys_carrier), with at most four group key columns that may be NULL
+ * (a key is its values and a mask of its NULLs, NULLs equal:
+ * LF_KEY_SIZE); or when
  * only row mappings read it and it has a primary key (each row a group of
  * its own, by that key: the first row mapping owns the keys and carries
  * the others; units.c, lf_describe_row_keys) (start.c, why_not_in_place),
@@ -177,13 +179,11 @@ qualified(Oid nsp, const char *name)
  * the input's primary key (lf_describe_row_keys), cannot be tracked by
  * keys, or NULL.  (start.c checks what concerns the script: other mappings,
  * replacements; and it tracks a join's inputs by keys only when the script
- * retires them.)  A retired table may have NULL keys: nobody writes it, so
- * a NULL key is only ever met as a unit's key (LF_KEY_SIZE).  A live one
- * may not: its trigger's claims, and the memo of the last key, are of keys
- * that equality identifies.
+ * retires them.)  Key columns may be NULL (LF_KEY_SIZE), at most
+ * LF_MAX_NULLABLE_KEYS of them per input.
  */
 const char *
-lf_live_unsupported(LfMapping *m, bool retired)
+lf_live_unsupported(LfMapping *m)
 {
 	const char *why = NULL;
 
@@ -204,10 +204,7 @@ lf_live_unsupported(LfMapping *m, bool retired)
 		{
 			Form_pg_attribute att = TupleDescAttr(RelationGetDescr(rel), m->keys[i][k] - 1);
 
-			if (!att->attnotnull && !retired)
-				why = m->kind == LF_MAP_JOIN ? "a join key column that may be NULL" :
-					"a group key column that may be NULL";
-			else if (!att->attnotnull && ++nullable > LF_MAX_NULLABLE_KEYS)
+			if (!att->attnotnull && ++nullable > LF_MAX_NULLABLE_KEYS)
 				why = psprintf("more than %d key columns that may be NULL", LF_MAX_NULLABLE_KEYS);
 			/* one table of done keys holds the keys of both sides */
 			else if (i > 0 && att->atttypid != get_atttype(m->inputs[0], m->keys[0][k]))
@@ -230,7 +227,7 @@ lf_live_unsupported(LfMapping *m, bool retired)
 	return why;
 }
 
-/* May key column k of an input of m be NULL (a retired table, then)? */
+/* May key column k of an input of m be NULL? */
 static bool
 key_may_be_null(LfMapping *m, int k)
 {
@@ -338,7 +335,7 @@ lf_live_track(LfMapping *m, int migration_id, int nth, Oid *trigger)
 	if (SPI_execute(sql.data, false, 0) != SPI_OK_UTILITY)
 		elog(ERROR, "leapfrog: could not create %s", name);
 	resetStringInfo(&sql);
-	/* NULL keys (a retired table's) are equal: one unit each (LF_KEY_SIZE) */
+	/* NULL keys are equal: one unit each (LF_KEY_SIZE) */
 	appendStringInfo(&sql, "CREATE UNIQUE INDEX ON leapfrog_retired.%s (%s)%s",
 					 quote_identifier(name), idxcols.data, nullable ? " NULLS NOT DISTINCT" : "");
 	if (SPI_execute(sql.data, false, 0) != SPI_OK_UTILITY)
@@ -963,6 +960,29 @@ lf_live_tuple_key(LfMapping *m, int i, HeapTuple tup, TupleDesc desc, Datum *key
 }
 
 /*
+ * Are keys a and b of m (LF_KEY_SIZE, of input i, whose descriptor is desc)
+ * the same, NULLs equal?  (Binary equality: what tells the trigger that two
+ * writes are of one group, and a worker that two rows are; keys equal
+ * only by the equality operator are claimed twice, the second finding
+ * the first.)
+ */
+bool
+lf_keys_equal(LfMapping *m, int i, TupleDesc desc, Datum *a, Datum *b)
+{
+	if (a[m->nkeys] != b[m->nkeys])
+		return false;
+	for (int k = 0; k < m->nkeys; k++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, m->keys[i][k] - 1);
+
+		if (!LF_KEY_ISNULL(m->nkeys, a, k) &&
+			!datumIsEqual(a[k], b[k], att->attbyval, att->attlen))
+			return false;
+	}
+	return true;
+}
+
+/*
  * The group keys of the rows of blocks [lo, hi) of live input m that snap
  * sees, copied, each once where its rows are adjacent: a worker's batch.  A
  * key met again further on is listed again; its second claim finds it
@@ -990,19 +1010,10 @@ lf_live_range_keys(LfMapping *m, int i, Snapshot snap, BlockNumber lo, BlockNumb
 	while (table_scan_getnextslot_tidrange(scan, ForwardScanDirection, slot))
 	{
 		Datum		key[LF_KEY_MAX];
-		bool		same;
 
 		CHECK_FOR_INTERRUPTS();
 		lf_live_tuple_key(m, i, ExecFetchSlotHeapTuple(slot, false, NULL), desc, key);
-		same = last != NULL && key[m->nkeys] == last[m->nkeys];
-		for (int k = 0; same && k < m->nkeys; k++)
-		{
-			Form_pg_attribute att = TupleDescAttr(desc, m->keys[i][k] - 1);
-
-			same = LF_KEY_ISNULL(m->nkeys, key, k) ||
-				datumIsEqual(key[k], last[k], att->attbyval, att->attlen);
-		}
-		if (same)
+		if (last != NULL && lf_keys_equal(m, i, desc, key, last))
 			continue;
 		last = palloc(LF_KEY_SIZE(m->nkeys));
 		for (int k = 0; k < m->nkeys; k++)
@@ -1049,8 +1060,8 @@ typedef struct KeyMemo
 {
 	Oid			keys;			/* the table of done keys, or none */
 	int			nkeys;
-	Datum		key[INDEX_MAX_KEYS];
-	bool		byref[INDEX_MAX_KEYS];
+	Datum		key[LF_KEY_MAX];
+	bool		byref[INDEX_MAX_KEYS];	/* a value copied, to free */
 } KeyMemo;
 
 static KeyMemo memo[LF_MEMO_SLOTS];
@@ -1097,16 +1108,7 @@ memo_has(LfMapping *m, TupleDesc desc, Datum *key)
 {
 	KeyMemo    *mm = memo_slot(m);
 
-	if (mm->keys != m->done_keys)
-		return false;
-	for (int k = 0; k < m->nkeys; k++)
-	{
-		Form_pg_attribute att = TupleDescAttr(desc, m->keys[0][k] - 1);
-
-		if (!datumIsEqual(mm->key[k], key[k], att->attbyval, att->attlen))
-			return false;
-	}
-	return true;
+	return mm->keys == m->done_keys && lf_keys_equal(m, 0, desc, mm->key, key);
 }
 
 static void
@@ -1131,9 +1133,10 @@ memo_remember(LfMapping *m, TupleDesc desc, Datum *key)
 	{
 		Form_pg_attribute att = TupleDescAttr(desc, m->keys[0][k] - 1);
 
-		mm->byref[k] = !att->attbyval;
-		mm->key[k] = datumCopy(key[k], att->attbyval, att->attlen);
+		mm->byref[k] = !att->attbyval && !LF_KEY_ISNULL(m->nkeys, key, k);
+		mm->key[k] = mm->byref[k] ? datumCopy(key[k], false, att->attlen) : key[k];
 	}
+	mm->key[m->nkeys] = key[m->nkeys];
 	MemoryContextSwitchTo(old);
 	mm->nkeys = m->nkeys;
 	mm->keys = m->done_keys;
@@ -1159,13 +1162,14 @@ migrate_written_groups(LfMigration *mig, LfMapping *m, TriggerData *td, HeapTupl
 		lf_live_tuple_key(m, 0, result, desc, newkey);
 
 		/*
-		 * A live table's key columns are NOT NULL (lf_live_unsupported), but
-		 * a BEFORE trigger runs before the constraint is checked: the write
-		 * fails as it would, with no key claimed.
+		 * A BEFORE trigger runs before NOT NULL is checked: a NULL in a NOT
+		 * NULL key column fails the write as it would, with no key claimed
+		 * (the table of done keys has that column NOT NULL too).
 		 */
 		if (LF_KEY_NULLS(m->nkeys, newkey) != 0)
 			for (int k = 0; k < m->nkeys; k++)
-				if (LF_KEY_ISNULL(m->nkeys, newkey, k))
+				if (LF_KEY_ISNULL(m->nkeys, newkey, k) &&
+					TupleDescAttr(desc, m->keys[0][k] - 1)->attnotnull)
 					ereport(ERROR,
 							(errcode(ERRCODE_NOT_NULL_VIOLATION),
 							 errmsg("null value in column \"%s\" of relation \"%s\" violates not-null constraint",
@@ -1173,17 +1177,7 @@ migrate_written_groups(LfMigration *mig, LfMapping *m, TriggerData *td, HeapTupl
 									RelationGetRelationName(td->tg_relation))));
 	}
 	if (has_old && has_new)
-	{
-		bool		same = true;
-
-		for (int k = 0; same && k < m->nkeys; k++)
-		{
-			Form_pg_attribute att = TupleDescAttr(desc, m->keys[0][k] - 1);
-
-			same = datumIsEqual(oldkey[k], newkey[k], att->attbyval, att->attlen);
-		}
-		has_new = !same;
-	}
+		has_new = !lf_keys_equal(m, 0, desc, oldkey, newkey);
 	if (has_old && !memo_has(m, desc, oldkey))
 	{
 		lf_migrate_live_key(mig, m, oldkey);

@@ -1592,9 +1592,9 @@ describe_pending(PendingMapping *pm, LfMapping *m)
  * table with a primary key, only row mappings read it (carried by the
  * first one's rows, keyed by the primary key); and the script neither
  * replaces it nor reads a table still being filled.  live.c checks the
- * tables and each mapping's key (NOT NULL key columns of a live table, one
- * type on both sides of a join, no rules, no row security, no BEFORE row
- * trigger firing after its own).
+ * tables and each mapping's key (at most four key columns that may be
+ * NULL, one type on both sides of a join, no rules, no row security, no
+ * BEFORE row trigger firing after its own).
  */
 static const char *
 why_not_in_place(StartState *st, Oid relid, bool live)
@@ -1629,7 +1629,7 @@ why_not_in_place(StartState *st, Oid relid, bool live)
 		}
 		else if (pm->kind == LF_MAP_JOIN && live)
 			return "a join mapping reads it";
-		if ((why = lf_live_unsupported(&m, !live)) != NULL)
+		if ((why = lf_live_unsupported(&m)) != NULL)
 			return why;
 	}
 	return NULL;

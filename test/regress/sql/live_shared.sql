@@ -141,9 +141,8 @@ CREATE TABLE src (a int NOT NULL, b int, c int);
 CREATE INDEX ON src (a);
 CREATE INDEX ON src (b);
 INSERT INTO src SELECT g % 3, g % 4, g FROM generate_series(1, 12) g;
--- a group key that may be NULL: not in place (the trigger's keys are NOT
--- NULL); the table is replaced, and its retired version, which nobody
--- writes, tracked by keys with NULL keys (shared_null)
+-- a group key that may be NULL: tracked in place too (its NULL group is a
+-- group; shared_null, live_in_place)
 SELECT action, input, detail FROM leapfrog.plan($$
   CREATE TABLE by_a AS SELECT a, sum(c) AS c FROM src GROUP BY a;
   CREATE TABLE by_b AS SELECT b, sum(c) AS c FROM src GROUP BY b;
