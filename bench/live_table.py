@@ -3,7 +3,7 @@
 
     .venv/bin/python bench/live_table.py [--groups 300000] [--layout spread|ordered]
                                          [--by worker|complete|statements] [--rounds 3]
-                                         [--script groups|rows]
+                                         [--script groups|rows] [--null-every K]
 
 A table `lines` of ten rows per group g (3M rows by default) stays live;
 the script computes a per-group total and an archive of half the lines:
@@ -15,6 +15,11 @@ the script computes a per-group total and an archive of half the lines:
 
 With --script rows, the archive alone: `lines` is then read only by a row
 mapping, tracked in place by its primary key (g, n), each row its own unit.
+
+With --null-every K, every K-th group's key is NULL instead (one NULL group
+of 10 * groups / K rows, as orders without a customer): `g` may be NULL,
+so `lines` has a unique index on (g, n) rather than a primary key, and so
+have the new tables (the script groups only).
 
 --layout says where a group's rows lie: `ordered` loads the table in key
 order (a group's rows together, as an order's lines), `spread` puts each
@@ -78,16 +83,22 @@ QUERIES = {
 }
 
 
-def make_template(cl, groups, layout):
+def make_template(cl, groups, layout, null_every):
     with psycopg.connect(cl.conninfo(), autocommit=True) as c:
         c.execute("CREATE DATABASE tmpl")
     with psycopg.connect(cl.conninfo("tmpl"), autocommit=True) as c:
         c.execute("CREATE EXTENSION leapfrog")
         c.execute("CREATE EXTENSION pg_prewarm")
-        c.execute("CREATE TABLE lines (g int NOT NULL, n int NOT NULL, amt int NOT NULL, "
-                  "PRIMARY KEY (g, n))")
         order = "g, n" if layout == "ordered" else "n, g"
-        c.execute(f"INSERT INTO lines SELECT g, n, g + n FROM generate_series(1, %s) g, "
+        if null_every:
+            c.execute("CREATE TABLE lines (g int, n int NOT NULL, amt int NOT NULL)")
+            c.execute("CREATE UNIQUE INDEX ON lines (g, n)")
+            key = f"CASE WHEN g %% {int(null_every)} = 0 THEN NULL ELSE g END"
+        else:
+            c.execute("CREATE TABLE lines (g int NOT NULL, n int NOT NULL, amt int NOT NULL, "
+                      "PRIMARY KEY (g, n))")
+            key = "g"
+        c.execute(f"INSERT INTO lines SELECT {key}, n, g + n FROM generate_series(1, %s) g, "
                   f"generate_series(1, 10) n ORDER BY {order}", (groups,))
         c.execute("VACUUM ANALYZE lines")
 
@@ -154,7 +165,15 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--seconds", type=int, default=4, help="per pgbench run (--by statements)")
     ap.add_argument("--script", choices=sorted(SCRIPTS), default="groups")
+    ap.add_argument("--null-every", type=int, default=0,
+                    help="every K-th group's key NULL (--script groups)")
     args = ap.parse_args()
+    script = SCRIPTS[args.script]
+    if args.null_every:
+        if args.script != "groups":
+            sys.exit("live_table: --null-every needs --script groups (rows tracks by primary key)")
+        script = script.replace("g int PRIMARY KEY", "g int UNIQUE").replace(
+            "PRIMARY KEY (g, n)", "UNIQUE (g, n)")
     if not extension_installed():
         sys.exit("live_table: the leapfrog extension is not installed (make install)")
     settings = default_settings()
@@ -164,17 +183,18 @@ def main():
     res = {k: [] for k in KINDS}
     with Cluster(settings=settings, preload=True) as cl:
         cl.wait_ready()
-        make_template(cl, args.groups, args.layout)
+        make_template(cl, args.groups, args.layout, args.null_every)
         if args.by == "statements":
-            statements(cl, args.groups, args.rounds, args.seconds, SCRIPTS[args.script])
+            statements(cl, args.groups, args.rounds, args.seconds, script)
             return
         for r in range(args.rounds):
             for kind in (KINDS if r % 2 == 0 else KINDS[::-1]):
-                res[kind].append(run(cl, kind, args.by, SCRIPTS[args.script]))
+                res[kind].append(run(cl, kind, args.by, script))
                 print(f"round {r + 1} {kind:8s} {res[kind][-1][0]:7.2f} s wall "
                       f"{res[kind][-1][1]:7.2f} s CPU", flush=True)
     print(f"\nmedians (min-max), {args.groups * 10} rows, {args.layout}, by {args.by}, "
-          f"script {args.script}:")
+          f"script {args.script}" + (f", every {args.null_every}th group NULL" if args.null_every
+                                     else "") + ":")
     for kind, v in res.items():
         print(f"  {kind:8s} wall {spread([x[0] for x in v])} s  "
               f"CPU {spread([x[1] for x in v])} s")
