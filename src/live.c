@@ -8,9 +8,8 @@
  * at start().  When GROUP BY mappings read the table, and otherwise only
  * row mappings, whose rows move with the first one's groups
  * (lf_keys_carrier), with at most four group key columns that may be NULL
- * (a key is its values and a mask of its NULLs, NULLs equal:
- * LF_KEY_SIZE); or when
- * only row mappings read it and it has a primary key (each row a group of
+ * (a key is its values and a mask of its NULLs, NULLs equal: LF_KEY_SIZE);
+ * or when only row mappings read it and it has a primary key (each row a group of
  * its own, by that key: the first row mapping owns the keys and carries
  * the others; units.c, lf_describe_row_keys) (start.c, why_not_in_place),
  * the table is not replaced: it stays where it is, and the migration keeps
@@ -335,7 +334,7 @@ lf_live_track(LfMapping *m, int migration_id, int nth, Oid *trigger)
 	if (SPI_execute(sql.data, false, 0) != SPI_OK_UTILITY)
 		elog(ERROR, "leapfrog: could not create %s", name);
 	resetStringInfo(&sql);
-	/* NULL keys are equal: one unit each (LF_KEY_SIZE) */
+	/* NULLs are equal: one unit per key, NULLs or not (LF_KEY_SIZE) */
 	appendStringInfo(&sql, "CREATE UNIQUE INDEX ON leapfrog_retired.%s (%s)%s",
 					 quote_identifier(name), idxcols.data, nullable ? " NULLS NOT DISTINCT" : "");
 	if (SPI_execute(sql.data, false, 0) != SPI_OK_UTILITY)
@@ -426,11 +425,7 @@ lf_live_trigger_table(Oid keys)
  * ---------------------------------------------------------------------
  */
 
-/*
- * EXISTS (SELECT FROM done_keys d WHERE d.k1 = rhs1 AND ...): rhs[k] is the
- * right operand of key column k's equality (m->eqops), at the sublink's
- * level (so an input Var has varlevelsup 1), or NULL for d.k IS NULL.
- */
+/* arg IS [NOT] NULL */
 static Expr *
 null_test(Expr *arg, NullTestType type)
 {
@@ -443,6 +438,11 @@ null_test(Expr *arg, NullTestType type)
 	return (Expr *) t;
 }
 
+/*
+ * EXISTS (SELECT FROM done_keys d WHERE d.k1 = rhs1 AND ...): rhs[k] is the
+ * right operand of key column k's equality (m->eqops), at the sublink's
+ * level (so an input Var has varlevelsup 1), or NULL for d.k IS NULL.
+ */
 static SubLink *
 done_keys_exists(LfMapping *m, Expr **rhs)
 {
@@ -506,13 +506,13 @@ done_keys_exists(LfMapping *m, Expr **rhs)
  * join): every row the join gives has its key there.  The steps copy with
  * m's own query, restricted to the rows they claimed.
  *
- * A key with NULLs (a retired table's, LF_KEY_SIZE) passes that test, as
- * equality with NULL is never true; each pattern of NULLs among the key
- * columns that may be NULL then has its own: NOT (k1 IS NULL AND k2 IS NOT
- * NULL) OR NOT EXISTS (SELECT FROM done_keys d WHERE d.k1 IS NULL AND
- * d.k2 = input.k2), which the index of done keys answers (IS NOT DISTINCT
- * FROM would read all of it for every such row).  With one such column its
- * subquery is a constant, run once.
+ * A key with NULLs (LF_KEY_SIZE) passes that test, as equality with NULL
+ * is never true; each pattern of NULLs among the key columns that may be
+ * NULL then has its own: NOT (k1 IS NULL AND k2 IS NOT NULL) OR NOT EXISTS
+ * (SELECT FROM done_keys d WHERE d.k1 IS NULL AND d.k2 = input.k2), which
+ * the index of done keys answers (IS NOT DISTINCT FROM would read all of it
+ * for every such row).  With one such column its subquery is a constant,
+ * run once at most, when a row with a NULL key is met.
  */
 Query *
 lf_live_unmigrated_query(LfMapping *m)
