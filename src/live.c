@@ -97,6 +97,7 @@
 #include "optimizer/optimizer.h"
 #include "parser/parse_func.h"
 #include "parser/parsetree.h"
+#include "port/pg_bitutils.h"
 #include "storage/lmgr.h"
 #include "utils/builtins.h"
 #include "utils/datum.h"
@@ -224,6 +225,24 @@ lf_live_unsupported(LfMapping *m)
 		table_close(rel, AccessShareLock);
 	}
 	return why;
+}
+
+/*
+ * The key columns of input i of m that may be NULL, as a mask (bit k for
+ * key column k): each subset of them is a pattern of NULLs that reads and
+ * counts test on its own (lf_live_unmigrated_query, lf_live_rows_left).
+ * lf_live_unsupported allows LF_MAX_NULLABLE_KEYS of them.
+ */
+static uint32
+nullable_key_columns(LfMapping *m, int i)
+{
+	uint32		mask = 0;
+
+	for (int k = 0; k < m->nkeys; k++)
+		if (!column_not_null(m->inputs[i], m->keys[i][k]))
+			mask |= 1u << k;
+	Assert(pg_popcount32(mask) <= LF_MAX_NULLABLE_KEYS);
+	return mask;
 }
 
 /* May key column k of an input of m be NULL? */
@@ -520,8 +539,7 @@ lf_live_unmigrated_query(LfMapping *m)
 	Query	   *q = copyObject(m->query);
 	Expr	   *rhs[INDEX_MAX_KEYS];
 	int			p = lf_unit_input_index(m, m->input);	/* a join's preserved side */
-	int			nullable[LF_MAX_NULLABLE_KEYS];
-	int			nn = 0;
+	uint32		nullable = nullable_key_columns(m, p);
 
 	for (int k = 0; k < m->nkeys; k++)
 	{
@@ -531,33 +549,27 @@ lf_live_unmigrated_query(LfMapping *m)
 
 		get_atttypetypmodcoll(m->inputs[p], m->keys[p][k], &type, &typmod, &coll);
 		rhs[k] = (Expr *) makeVar(m->rtis[p], m->keys[p][k], type, typmod, coll, 1);
-		if (!column_not_null(m->inputs[p], m->keys[p][k]))
-		{
-			if (nn == LF_MAX_NULLABLE_KEYS)
-				elog(ERROR, "leapfrog: more than %d key columns of mapping %d may be NULL",
-					 LF_MAX_NULLABLE_KEYS, m->id);
-			nullable[nn++] = k;
-		}
 	}
 	q->jointree->quals = make_and_qual(q->jointree->quals,
 									   (Node *) makeBoolExpr(NOT_EXPR,
 															 list_make1(done_keys_exists(m, rhs)),
 															 -1));
-	for (uint32 s = 1; s < (1u << nn); s++)
+	/* every non-empty subset s of the nullable columns: those NULL, the others not */
+	for (uint32 s = nullable; s != 0; s = (s - 1) & nullable)
 	{
 		Expr	   *r[INDEX_MAX_KEYS];
 		List	   *pattern = NIL;
 
 		for (int k = 0; k < m->nkeys; k++)
-			r[k] = copyObject(rhs[k]);
-		for (int j = 0; j < nn; j++)
 		{
-			Var		   *v = copyObject((Var *) rhs[nullable[j]]);
+			Var		   *v;
 
+			r[k] = (s & (1u << k)) ? NULL : copyObject(rhs[k]);
+			if (!(nullable & (1u << k)))
+				continue;
+			v = copyObject((Var *) rhs[k]);
 			v->varlevelsup = 0;
-			pattern = lappend(pattern, null_test((Expr *) v, (s & (1u << j)) ? IS_NULL : IS_NOT_NULL));
-			if (s & (1u << j))
-				r[nullable[j]] = NULL;
+			pattern = lappend(pattern, null_test((Expr *) v, (s & (1u << k)) ? IS_NULL : IS_NOT_NULL));
 		}
 		q->jointree->quals =
 			make_and_qual(q->jointree->quals,
@@ -1284,14 +1296,11 @@ lf_live_rows_left(LfMapping *m, Oid relid, Snapshot snap)
 	SPIPlanPtr	plan;
 	LfSavedUser saved;
 	uint64		n = 0;
-	uint32		nullable = 0;
+	uint32		nullable = nullable_key_columns(m, i);
 
 	initStringInfo(&sql);
 	appendStringInfo(&sql, "SELECT pg_catalog.count(*) FROM ONLY %s l WHERE ", lf_relation_name(relid));
 	append_not_done(&sql, m, i, 0);
-	for (int k = 0; k < m->nkeys; k++)
-		if (!column_not_null(relid, m->keys[i][k]))
-			nullable |= 1u << k;
 	/* every non-empty subset of the nullable columns */
 	for (uint32 s = nullable; s != 0; s = (s - 1) & nullable)
 	{

@@ -576,6 +576,7 @@ lf_units_of(LfMapping *m, int from, ItemPointer seeds, int nseeds, Snapshot snap
 		Datum		values[INDEX_MAX_KEYS];
 		bool		nulls[INDEX_MAX_KEYS];
 		bool		anynull = false;
+		uint32		mask;
 		LfUnit	   *u;
 		int			k;
 
@@ -593,7 +594,7 @@ lf_units_of(LfMapping *m, int from, ItemPointer seeds, int nseeds, Snapshot snap
 		}
 		u = palloc0(sizeof(LfUnit));
 		u->key = palloc(LF_KEY_SIZE(m->nkeys));
-		u->key[m->nkeys] = UInt32GetDatum(0);
+		mask = 0;
 		for (k = 0; k < m->nkeys; k++)
 		{
 			Form_pg_attribute att = TupleDescAttr(RelationGetDescr(rels[from]),
@@ -601,8 +602,9 @@ lf_units_of(LfMapping *m, int from, ItemPointer seeds, int nseeds, Snapshot snap
 
 			u->key[k] = nulls[k] ? (Datum) 0 : datumCopy(values[k], att->attbyval, att->attlen);
 			if (nulls[k])
-				u->key[m->nkeys] = UInt32GetDatum(LF_KEY_NULLS(m->nkeys, u->key) | (1u << k));
+				mask |= 1u << k;
 		}
+		u->key[m->nkeys] = UInt32GetDatum(mask);
 		if ((anynull && m->kind == LF_MAP_JOIN && !OidIsValid(m->done_keys)) || m->row_keys)
 		{
 			/*
