@@ -543,8 +543,17 @@ PG_FUNCTION_INFO_V1(leapfrog_sees_start);
 Datum
 leapfrog_sees_start(PG_FUNCTION_ARGS)
 {
-	LfMigration *mig = lf_migration_by_id(PG_GETARG_INT32(0));
+	LfMigration *mig;
 
+	/*
+	 * A parallel worker runs the gate too, with an empty cache: load it, or
+	 * the migration is not found and a snapshot older than start() sees the
+	 * computed rows.  The worker's fresh catalog snapshot finds the migration
+	 * the leader planned with: it cannot complete meanwhile, as the leader
+	 * holds its retired inputs.
+	 */
+	(void) lf_any_active();
+	mig = lf_migration_by_id(PG_GETARG_INT32(0));
 	if (mig == NULL || !ActiveSnapshotSet() || lf_xact_visible(&mig->started, GetActiveSnapshot()))
 		PG_RETURN_BOOL(true);
 	if (PG_GETARG_BOOL(1))
