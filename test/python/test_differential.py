@@ -162,6 +162,7 @@ TYPE_CHANGES = {
     "text": ["varchar(64)"],
     "varchar": ["text"],
     "varchar(24)": ["text", "varchar(64)"],
+    "varchar(64)": ["text"],
     "bool": ["text"],
     "date": ["timestamp"],
     "timestamp": ["date"],
@@ -3065,6 +3066,8 @@ def _chain_cols(rng, t, n, allow_change=True, natural=None):
         exprs = [x for x in CHAIN_EXPRS[base_type(stype)]
                  if "id" in t.decl or not re.search(r"\bid\b", x[0])]
         expr, rtype = rng.choice(exprs)
+        if expr == "{c}" and base_type(stype) == "varchar":
+            rtype = stype       # a copy keeps its bound: varchar(64) too
         name = rng.choice([scol, "%s_x%d" % (scol[:20], k), "n%d" % k])
         while name in used:
             name = "n%d_%d" % (k, rng.randint(0, 999))
