@@ -385,6 +385,7 @@ extern void lf_install_estimate_hook(void);
 extern void lf_register_scan_methods(void);
 extern PlannedStmt *lf_wrap_plan(PlannedStmt *stmt, List *items, List *computes,
 								 Query *query);
+extern bool lf_plan_wrapped(PlannedStmt *stmt);
 extern List *lf_plan_items(PlannedStmt *stmt);
 extern Query *lf_plan_query(PlannedStmt *stmt);
 

@@ -67,6 +67,7 @@
 #include "utils/typcache.h"
 
 static ExecutorStart_hook_type prev_ExecutorStart = NULL;
+static ExecutorRun_hook_type prev_ExecutorRun = NULL;
 
 
 /* ---------------------------------------------------------------------
@@ -1664,6 +1665,11 @@ lf_migrate_rows(LfMigration *mig, Oid input, LfMapping *only, ItemPointer tids, 
  *	  a newer child row in a new table still referenced it.  The crosscheck
  *	  snapshot also gets the current command id: rows migrated here are
  *	  rows the transaction saw in the inputs.
+ * The statement runs on qd->snapshot, and so must its parallel workers,
+ * which take the leader's active snapshot: PostgreSQL pushes qd->snapshot
+ * for a portal's SELECT, but SPI and COPY (query) TO run the plan under the
+ * snapshot they had pushed before ExecutorStart, which cannot see the rows
+ * this statement migrated (lf_ExecutorRun).
  * ---------------------------------------------------------------------
  */
 static void
@@ -2078,9 +2084,29 @@ lf_ExecutorStart(QueryDesc *qd, int eflags)
 		standard_ExecutorStart(qd, eflags);
 }
 
+/* Run a plan of ours with qd->snapshot active (see "Snapshots" above). */
+static void
+lf_ExecutorRun(QueryDesc *qd, ScanDirection direction, uint64 count, bool execute_once)
+{
+	bool		push = qd->snapshot != InvalidSnapshot && lf_plan_wrapped(qd->plannedstmt) &&
+		(!ActiveSnapshotSet() || GetActiveSnapshot() != qd->snapshot);
+
+	/* (popped by the (sub)transaction's abort after an error) */
+	if (push)
+		PushActiveSnapshot(qd->snapshot);
+	if (prev_ExecutorRun)
+		prev_ExecutorRun(qd, direction, count, execute_once);
+	else
+		standard_ExecutorRun(qd, direction, count, execute_once);
+	if (push)
+		PopActiveSnapshot();
+}
+
 void
 lf_install_executor_hook(void)
 {
 	prev_ExecutorStart = ExecutorStart_hook;
 	ExecutorStart_hook = lf_ExecutorStart;
+	prev_ExecutorRun = ExecutorRun_hook;
+	ExecutorRun_hook = lf_ExecutorRun;
 }

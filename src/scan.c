@@ -110,6 +110,13 @@ plan_private(PlannedStmt *stmt)
 	return NIL;
 }
 
+/* Is stmt one of ours (planned through the hook, reading new tables)? */
+bool
+lf_plan_wrapped(PlannedStmt *stmt)
+{
+	return plan_private(stmt) != NIL;
+}
+
 List *
 lf_plan_items(PlannedStmt *stmt)
 {
