@@ -24,7 +24,8 @@ two halves back into one), each started after the previous one's workload.
 Database A runs the script eagerly, in one transaction; database B hands it
 to leapfrog.start with the background worker off, so the workload's own
 statements migrate the rows (its plain reads migrate them or compute them,
-leapfrog.read_mode, half the seeds each: read_mode()).  Every statement's
+leapfrog.read_mode, half the seeds each: read_mode(); a third of the seeds
+run the lazy side's plans in parallel workers: in_workers()).  Every statement's
 result (rows, row count or SQLSTATE) must be the same in both, and so must the
 final tables after leapfrog.complete().
 
@@ -2522,9 +2523,9 @@ def describe(case, upto=None):
     if getattr(case, "steps", None):
         return describe_chain(case, upto)
     wl = case.workload if upto is None else case.workload[: upto + 1]
-    return ("seed=%d kind=%s%s read_mode=%s (replay: LEAPFROG_DIFF_SEEDS=%d pytest %s)\n"
+    return ("seed=%d kind=%s%s %s (replay: LEAPFROG_DIFF_SEEDS=%d pytest %s)\n"
             "source %s(id int%s, %s), %d rows%s\n--- script ---\n%s\n--- workload ---\n%s"
-            % (case.seed, case.kind, " snapshots" if case.snapshots else "", read_mode(case.seed),
+            % (case.seed, case.kind, " snapshots" if case.snapshots else "", _modes(case.seed),
                case.seed,
                __file__ + ("::test_differential_snapshots" if case.snapshots
                            else "::test_differential_background"
@@ -2557,6 +2558,21 @@ def read_mode(seed):
     if os.environ.get("LEAPFROG_DIFF_READ_MODE"):
         return os.environ["LEAPFROG_DIFF_READ_MODE"]
     return "compute" if random.Random(seed * 7919 + 17).random() < 0.5 else "migrate"
+
+
+def in_workers(seed):
+    """Whether the lazy side's plans run in parallel workers
+    (force_parallel_mode = regress): a third of the seeds, from their own
+    random stream.  A worker restores the leader's active snapshot and
+    starts with an empty cache of migrations, which twice gave wrong answers
+    the leader did not.  LEAPFROG_DIFF_PARALLEL=on or off forces it."""
+    if os.environ.get("LEAPFROG_DIFF_PARALLEL"):
+        return os.environ["LEAPFROG_DIFF_PARALLEL"] == "on"
+    return random.Random(seed * 104729 + 3).random() < 1 / 3
+
+
+def _modes(seed):
+    return "read_mode=%s%s" % (read_mode(seed), " in_workers" if in_workers(seed) else "")
 
 
 def _session(cluster, db, schema):
@@ -2599,6 +2615,8 @@ def run_case(cluster, case):
         b2 = _session(cluster, LAZY_DB, schema)
         for conn in (b, b2):
             conn.execute("SET leapfrog.read_mode = %s" % read_mode(case.seed))
+            if in_workers(case.seed):
+                conn.execute("SET force_parallel_mode = regress")
         try:
             _run_case(a, b, case, a2, b2)
         finally:
@@ -3729,10 +3747,10 @@ def gen_chain_case(seed, snapshots=False):
 def describe_chain(case, upto=None):
     """The chain: source, each step's script and workload (up to (step,
     statement) upto)."""
-    out = ["seed=%d chain of %d (%s) read_mode=%s (replay: LEAPFROG_DIFF_SEEDS=%d pytest "
+    out = ["seed=%d chain of %d (%s) %s (replay: LEAPFROG_DIFF_SEEDS=%d pytest "
            "%s::test_differential_chain%s)" % (
                case.seed, len(case.steps), "; ".join(", ".join(st.ops) for st in case.steps),
-               read_mode(case.seed), case.seed, __file__,
+               _modes(case.seed), case.seed, __file__,
                "_background" if getattr(case, "background", False) else
                "_snapshots" if case.snapshots else ""),
            "source %s(id int%s, %s), %d rows" % (
