@@ -966,7 +966,7 @@ key_condition(LfMapping *m, int i, int from, int k, Oid rel_i, Datum *values, bo
 	return cond;
 }
 
-static void migrate_set(TidSet *set);
+static bool migrate_set(TidSet *set);
 static void run_relevance(List *item, Snapshot snap, ParamListInfo params, TidSet *set);
 static int	set_cmp(const ListCell *a, const ListCell *b);
 static TidSet *set_for(List **sets, List *item);
@@ -1002,7 +1002,7 @@ migrate_items(List *items)
 			elog(ERROR, "leapfrog: the rows a pull needs up the chain did not converge");
 		list_sort(sets, set_cmp);
 		foreach(lc, sets)
-			migrate_set((TidSet *) lfirst(lc));
+			(void) migrate_set((TidSet *) lfirst(lc));	/* (completed: moved) */
 	}
 }
 
@@ -1672,7 +1672,12 @@ lf_migrate_rows(LfMigration *mig, Oid input, LfMapping *only, ItemPointer tids, 
  * this statement migrated (lf_ExecutorRun).
  * ---------------------------------------------------------------------
  */
-static void
+/*
+ * Migrate the rows of set; false if its migration completed since a round
+ * found them (a lock taken since processed the invalidation: a worker's
+ * completion of an earlier migration of a chain, say), which moved them.
+ */
+static bool
 migrate_set(TidSet *set)
 {
 	bool		save_read_only = XactReadOnly;
@@ -1680,6 +1685,8 @@ migrate_set(TidSet *set)
 	LfMapping  *only = NULL;
 	ListCell   *lc;
 
+	if (mig == NULL)
+		return false;
 	foreach(lc, mig->mappings)
 		if (set->mapping_id != 0 && ((LfMapping *) lfirst(lc))->id == set->mapping_id)
 			only = lfirst(lc);
@@ -1694,6 +1701,7 @@ migrate_set(TidSet *set)
 		XactReadOnly = save_read_only;
 	}
 	PG_END_TRY();
+	return true;
 }
 
 /* Run one relevance plan on snap, adding the ctids it returns to set. */
@@ -1779,12 +1787,17 @@ check_before_start(QueryDesc *qd, List *items)
 	{
 		List	   *item = lfirst(lc);
 		TidSet		set = {CurrentMemoryContext, lf_item_input(item)};
-		Snapshot	latest = RegisterSnapshot(GetLatestSnapshot());
+		/* (looked up first: a lock the relevance plan takes may reload the cache) */
+		LfMigration *mig = lf_migration_by_input(set.input);
+		Snapshot	latest;
 
+		if (mig == NULL)
+			continue;			/* completed: its rows are in the new tables */
+		latest = RegisterSnapshot(GetLatestSnapshot());
 		run_relevance(item, latest, qd->params, &set);
 		UnregisterSnapshot(latest);
 		if (set.n > 0)
-			lf_snapshot_predates(lf_migration_by_input(set.input)->name,
+			lf_snapshot_predates(mig->name,
 								 lf_item_kind(item) == LF_NEEDS_KEYS
 								 ? "the transaction's snapshot predates its start, and the statement "
 								 "writes a unique key that a row not migrated yet holds."
@@ -1886,13 +1899,16 @@ set_cmp(const ListCell *a, const ListCell *b)
 /*
  * Migrate the rows the live relevance plans find, round after round, until
  * a round finds none; then the statement runs on that round's snapshot
- * (under REPEATABLE READ, on its own if nothing was migrated).
+ * (under REPEATABLE READ, on its own if nothing was migrated).  True if a
+ * migration completed while we went (migrate_set): the caller checks that
+ * the statement's snapshot sees the completion.
  */
-static void
+static bool
 migrate_rounds(QueryDesc *qd, List *live, bool xact, bool all_standalone)
 {
 	Snapshot	q = qd->snapshot;
 	bool		migrated = false;
+	bool		completed = false;
 	int			round;
 	ListCell   *lc;
 
@@ -1909,7 +1925,7 @@ migrate_rounds(QueryDesc *qd, List *live, bool xact, bool all_standalone)
 				UnregisterSnapshot(snap);	/* q itself will do */
 			else
 				use_snapshot(qd, snap, xact, migrated);
-			return;
+			return completed;
 		}
 		UnregisterSnapshot(snap);
 		if (round >= 1000)
@@ -1928,7 +1944,7 @@ migrate_rounds(QueryDesc *qd, List *live, bool xact, bool all_standalone)
 					 errhint("Run the statement in a read-write transaction, or once the migration is done.")));
 		list_sort(sets, set_cmp);
 		foreach(lc, sets)
-			migrate_set((TidSet *) lfirst(lc));
+			completed |= !migrate_set((TidSet *) lfirst(lc));
 		migrated = true;
 		CHECK_FOR_INTERRUPTS();
 
@@ -1939,10 +1955,10 @@ migrate_rounds(QueryDesc *qd, List *live, bool xact, bool all_standalone)
 		 * Unless the claim skipped a row corrected meanwhile: it is still
 		 * to migrate, at its new ctid, and another round finds it.
 		 */
-		if (all_standalone && !claim_saw_update)
+		if (all_standalone && !claim_saw_update && !completed)
 		{
 			use_snapshot(qd, round_snapshot(q, xact, true), xact, true);
-			return;
+			return false;
 		}
 	}
 }
@@ -2021,7 +2037,10 @@ prepare_statement(QueryDesc *qd, List *items)
 	if (before_start != NIL)
 		check_before_start(qd, before_start);
 	if (live != NIL)
-		migrate_rounds(qd, live, xact, all_standalone);
+	{
+		if (migrate_rounds(qd, live, xact, all_standalone))
+			check_completions(qd);
+	}
 	else if (over && !xact && qd->snapshot == q)
 		use_snapshot(qd, RegisterSnapshot(GetTransactionSnapshot()), false, false);
 }
