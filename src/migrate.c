@@ -1850,10 +1850,12 @@ set_for(List **sets, List *item)
 
 /*
  * One round of the live relevance plans (see "Snapshots" above): the rows
- * they find, per input, in *sets.  Whether they found any.
+ * they find, per input, in *sets.  Whether they found any; *completed is
+ * set if the migration of one completed meanwhile (skipped).
  */
 static bool
-relevance_round(QueryDesc *qd, List *live, Snapshot snap, bool xact, List **sets)
+relevance_round(QueryDesc *qd, List *live, Snapshot snap, bool xact, List **sets,
+				bool *completed)
 {
 	Snapshot	latest = NULL;
 	bool		any = false;
@@ -1862,7 +1864,24 @@ relevance_round(QueryDesc *qd, List *live, Snapshot snap, bool xact, List **sets
 	foreach(lc, live)
 	{
 		List	   *item = lfirst(lc);
-		TidSet	   *set = set_for(sets, item);
+		TidSet	   *set;
+		LfMigration *mig;
+
+		/*
+		 * Its migration completed since the statement began (the lock
+		 * processes the invalidation): its rows moved, and its retired input
+		 * is gone.
+		 */
+		lock_plan_relations(lf_item_plan(item));
+		if (!lf_cache_valid)
+			lf_cache_load();
+		mig = lf_migration_by_input(lf_item_input(item));
+		if (mig == NULL || mig->id != lf_item_migration(item))
+		{
+			*completed = true;
+			continue;
+		}
+		set = set_for(sets, item);
 
 		if (xact && by_key(item) && latest == NULL)
 			latest = RegisterSnapshot(GetLatestSnapshot());
@@ -1918,7 +1937,7 @@ migrate_rounds(QueryDesc *qd, List *live, bool xact, bool all_standalone)
 		List	   *sets = NIL;
 
 		claim_saw_update = false;
-		if (!relevance_round(qd, live, snap, xact, &sets))
+		if (!relevance_round(qd, live, snap, xact, &sets, &completed))
 		{
 			/* Every needed row is visible in snap: run the statement on it. */
 			if (xact && !migrated)
