@@ -1919,8 +1919,8 @@ set_cmp(const ListCell *a, const ListCell *b)
  * Migrate the rows the live relevance plans find, round after round, until
  * a round finds none; then the statement runs on that round's snapshot
  * (under REPEATABLE READ, on its own if nothing was migrated).  True if a
- * migration completed while we went (migrate_set): the caller checks that
- * the statement's snapshot sees the completion.
+ * migration completed while we went (relevance_round, migrate_set skip
+ * it): the caller checks that the statement's snapshot sees the completion.
  */
 static bool
 migrate_rounds(QueryDesc *qd, List *live, bool xact, bool all_standalone)
