@@ -17,7 +17,9 @@
  * its range checks what the pass left (lf_try_complete counts the inputs):
  * nothing, and it completes the migration; rows sessions held, and a new
  * pass begins.  Workers exit when their database has no running migration
- * left.
+ * left, or when leapfrog.background is off: they then park the database's
+ * slot, and the launcher launches them again when it sees the setting on
+ * (its own reload may come after the workers', or be one of two coalesced).
  *
  * Why several: under a saturating load one worker gets a small share of
  * the CPU, and every statement pays the cost of the migration (relevance
@@ -33,7 +35,9 @@
  * its batch ends, and by worker_exit if it dies.  A worker clears its
  * `wanted` flag when it starts a round and exits only if nobody set it
  * again meanwhile, so a start() committed while the worker was finding
- * nothing to do is never missed.
+ * nothing to do is never missed.  A worker that exits because
+ * leapfrog.background is off sets its slot's `parked` under the same lock;
+ * the launcher clears it as it asks for the workers again.
  *-------------------------------------------------------------------------
  */
 #include "leapfrog.h"
@@ -91,6 +95,8 @@ typedef struct LfSlot
 	Oid			dboid;
 	bool		wanted[LF_MAX_WORKERS];
 	pid_t		pid[LF_MAX_WORKERS];	/* 0: none; -1: being launched */
+	bool		parked;			/* a worker left a running migration because
+								 * leapfrog.background was off */
 	LfCursor	cursors[LF_MAX_CURSORS];
 } LfSlot;
 
@@ -419,6 +425,12 @@ lf_launcher_main(Datum arg)
 
 			if (s->dboid == InvalidOid)
 				continue;
+			if (s->parked && lf_background)
+			{
+				s->parked = false;
+				for (k = 0; k < lf_background_workers; k++)
+					s->wanted[k] = true;
+			}
 			for (k = 0; k < LF_MAX_WORKERS; k++)
 			{
 				/* (a worker that cleared its slot may not have exited yet) */
@@ -436,6 +448,7 @@ lf_launcher_main(Datum arg)
 				}
 				in_use |= s->pid[k] != 0 || s->wanted[k] || handles[i][k] != NULL;
 			}
+			in_use |= s->parked;
 			if (!in_use)
 				s->dboid = InvalidOid;	/* free the slot */
 		}
@@ -1168,16 +1181,25 @@ lf_worker_main(Datum arg)
 			ResetLatch(MyLatch);
 			continue;
 		}
-		if (!any_running)
+		/*
+		 * Nothing to do: no running migration, or leapfrog.background = off
+		 * (an idle worker would hold a slot of max_worker_processes, which
+		 * parallel query draws from): the worker parks its database, whose
+		 * workers the launcher launches again once it sees the setting on.
+		 */
+		if (!any_running || !lf_background)
 		{
 			bool		wanted;
 
 			LWLockAcquire(lf_shared->lock, LW_EXCLUSIVE);
 			wanted = s && s->wanted[my_worker_number];
+			if (s && !wanted && any_running)
+				s->parked = true;
 			LWLockRelease(lf_shared->lock);
 			if (!wanted)
 			{
-				elog(DEBUG1, "leapfrog: worker %d exits: no running migration", my_worker_number);
+				elog(DEBUG1, "leapfrog: worker %d exits: %s", my_worker_number,
+					 any_running ? "leapfrog.background is off" : "no running migration");
 				proc_exit(0);
 			}
 			continue;

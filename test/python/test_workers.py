@@ -18,6 +18,10 @@ With leapfrog.background = off at its fork it never migrated anything
 (isolation spec rr_worker failed one run in about 36).  Workers also re-read
 the configuration when the launcher has reloaded it; the test simulates the
 lost signal by sending SIGHUP to the launcher alone.
+
+With leapfrog.background = off no worker stays: idle, they held slots of
+max_worker_processes.  The launcher launches them again when a reload turns
+it on.
 """
 
 import os
@@ -149,28 +153,63 @@ def test_terminated_worker_is_launched_again(make_cluster):
         _finish_quickly(c, conn, "the migration did not complete after its workers were terminated")
 
 
-def test_worker_that_missed_a_reload_reads_it_through_the_launcher(make_cluster):
+def _launcher_sighup(conn):
+    """A reload that reaches the launcher only, as if the workers had lost
+    their SIGHUP (ALTER SYSTEM has written the setting)."""
+    launcher = conn.execute("SELECT pid FROM pg_stat_activity "
+                            "WHERE backend_type = 'leapfrog launcher'").fetchone()[0]
+    os.kill(launcher, signal.SIGHUP)
+
+
+EXIT_OFF = "exits: leapfrog.background is off"
+
+
+def test_no_worker_stays_while_background_is_off(make_cluster):
+    """A worker forked with leapfrog.background = off exits: idle, it held a
+    slot of max_worker_processes, which parallel query draws from.  The
+    reload that turns it on launches the workers again."""
     needs_real_extension()
-    c = make_cluster(**{"leapfrog.background": "off", "leapfrog.background_delay": 0})
+    c = make_cluster(**{"leapfrog.background": "off", "leapfrog.background_delay": 0,
+                        "log_min_messages": "debug1"})
     c.create_database("app")
     with c.connect("app") as conn:
         _start(conn, "a", "a_v2")
-        # With background off the workers wait, polling, for as long as the
-        # migration runs.
-        wait_until(lambda: _worker_pids(conn, "app"), 30, what="the workers to start")
+        # start()'s commit asks for workers: they start, and leave.
+        wait_until(lambda: EXIT_OFF in c.log_text(), 30, what="a worker to exit")
+        wait_until(lambda: not _worker_pids(conn, "app"), 30, what="no worker left")
         conn.execute("ALTER SYSTEM SET leapfrog.background = on")
-        # Not reloaded: nothing migrates.
+        # Not reloaded: nothing migrates, and no worker comes.
         time.sleep(2)
         assert _remaining(conn, "a_v2") == 2000, "a setting was applied before any reload"
-        # The reload reaches the launcher only, as if the workers had lost
-        # their SIGHUP.
-        launcher = conn.execute("SELECT pid FROM pg_stat_activity "
-                                "WHERE backend_type = 'leapfrog launcher'").fetchone()[0]
-        os.kill(launcher, signal.SIGHUP)
-        assert conn.execute("SELECT leapfrog.wait('a_v2', 60)").fetchone()[0], \
-            "the workers kept leapfrog.background = off after the launcher's reload"
-        n, d = conn.execute("SELECT count(*), count(DISTINCT id) FROM a_v2").fetchone()
-        assert (n, d) == (2000, 2000)
+        assert not _worker_pids(conn, "app")
+        conn.execute("SELECT pg_reload_conf()")
+        _assert_completed(conn, "a_v2", 2000,
+                          "no worker migrated after a reload turned leapfrog.background on")
+
+
+def test_worker_that_missed_a_reload_reads_it_through_the_launcher(make_cluster):
+    """Running workers whose SIGHUP was lost read the launcher's reload:
+    turned off, they exit; turned on again, the launcher launches them."""
+    needs_real_extension()
+    c = make_cluster(**SLOW_WORKERS, **{"log_min_messages": "debug1"})
+    c.create_database("app")
+    with c.connect("app") as conn:
+        _start(conn, "a", "a_v2", rows=20000)
+        wait_until(lambda: _remaining(conn, "a_v2") < 20000, 30, what="the workers to begin")
+        conn.execute("ALTER SYSTEM SET leapfrog.background = off")
+        _launcher_sighup(conn)
+        wait_until(lambda: not _worker_pids(conn, "app"), 30,
+                   what="the workers to exit after the launcher's reload")
+        assert EXIT_OFF in c.log_text()
+        left = _remaining(conn, "a_v2")
+        assert left > 0, "completed before the reload: nothing to test"
+        time.sleep(1)
+        assert _remaining(conn, "a_v2") == left, "rows migrated with leapfrog.background off"
+        conn.execute("ALTER SYSTEM SET leapfrog.background = on")
+        _launcher_sighup(conn)
+        wait_until(lambda: _remaining(conn, "a_v2") < left, 30,
+                   what="the workers the launcher launched again to migrate")
+        _finish_quickly(c, conn, "the migration did not complete after the workers came back")
 
 
 def _launcher_pid(conn):
