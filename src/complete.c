@@ -9,7 +9,7 @@
  * plans lose their LeapfrogMigrate node.  Dropping the retired tables needs
  * AccessExclusiveLock, which transactions that read them may hold for a
  * while: it is tried without waiting, and retried by the workers
- * (lf_drop_retired) until it succeeds.
+ * (lf_drop_retired asks for one at commit) until it succeeds.
  *
  * Callers: leapfrog.complete() and leapfrog.remaining() (api.c), the
  * background workers (worker.c).  The rows left are counted here only, by
@@ -260,7 +260,11 @@ lf_drop_retired(List *relids)
 		Oid			live;
 
 		if (!ConditionalLockRelationOid(relid, AccessExclusiveLock))
+		{
+			/* a worker retries it, even with leapfrog.background off */
+			lf_wake_worker_at_commit();
 			continue;
+		}
 
 		/*
 		 * A live input's table of done keys takes the input's trigger with it,
@@ -270,6 +274,7 @@ lf_drop_retired(List *relids)
 			!ConditionalLockRelationOid(live, AccessExclusiveLock))
 		{
 			UnlockRelationOid(relid, AccessExclusiveLock);
+			lf_wake_worker_at_commit();
 			continue;
 		}
 

@@ -1035,7 +1035,7 @@ runnable_migrations(MemoryContext cxt, long *sleep_ms, bool *any_running,
 	 * cost).
 	 */
 	if (OidIsValid(lf_catalog_relid()) &&
-		(!*any_running || now >= next_leftovers_check))
+		(!*any_running || !lf_background || now >= next_leftovers_check))
 	{
 		*leftovers = lf_catalog_done_inputs(cxt);
 		next_leftovers_check = TimestampTzPlusMilliseconds(now, LF_LEFTOVERS_EVERY_MS);
@@ -1170,11 +1170,11 @@ lf_worker_main(Datum arg)
 		ids = runnable_migrations(loop_cxt, &sleep_ms, &any_running, &leftovers);
 		/*
 		 * Retired tables still locked by some transaction: try again soon.
-		 * A drop that failed is not retried every second: with nothing
-		 * running the worker exits, and the next worker of the database
+		 * A drop that failed is not retried every second: with nothing to
+		 * migrate the worker exits, and the next worker of the database
 		 * tries again.
 		 */
-		if (leftovers != NIL && drop_leftovers(leftovers) && !any_running)
+		if (leftovers != NIL && drop_leftovers(leftovers) && (!any_running || !lf_background))
 		{
 			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 							 1000, PG_WAIT_EXTENSION);

@@ -28,7 +28,7 @@ import os
 import signal
 import time
 
-from support import needs_real_extension, wait_until
+from support import RETIRED_SQL, needs_real_extension, wait_until
 
 SCRIPT = ("CREATE TABLE {new} (id int PRIMARY KEY, v int NOT NULL); "
           "INSERT INTO {new} SELECT id, v FROM {old}; DROP TABLE {old};")
@@ -185,6 +185,34 @@ def test_no_worker_stays_while_background_is_off(make_cluster):
         conn.execute("SELECT pg_reload_conf()")
         _assert_completed(conn, "a_v2", 2000,
                           "no worker migrated after a reload turned leapfrog.background on")
+
+
+def test_retired_table_left_by_complete_is_dropped_while_background_is_off(make_cluster):
+    """complete() drops the retired tables only if nobody holds a lock on
+    them; a worker retries the rest.  With no worker staying while
+    leapfrog.background is off, complete() asks for one at commit, which
+    drops them once the lock is gone and exits."""
+    needs_real_extension()
+    c = make_cluster(**{"leapfrog.background": "off", "log_min_messages": "debug1"})
+    c.create_database("app")
+    with c.connect("app") as conn, c.connect("app") as reader:
+        _start(conn, "a", "a_v2")
+        wait_until(lambda: not _worker_pids(conn, "app"), 30, what="no worker left")
+        retired = [r[0] for r in conn.execute(RETIRED_SQL)]
+        table = conn.execute("SELECT relname FROM pg_class WHERE relkind = 'r' AND "
+                             "relnamespace = 'leapfrog_retired'::regnamespace").fetchall()
+        assert len(table) == 1, table
+        reader.execute("BEGIN")
+        reader.execute("SELECT count(*) FROM leapfrog_retired.%s" % table[0][0])
+        conn.execute("SELECT leapfrog.complete('a_v2')")
+        _assert_completed(conn, "a_v2", 2000, "complete() did not complete")
+        time.sleep(1.5)
+        assert [r[0] for r in conn.execute(RETIRED_SQL)] == retired, \
+            "a retired table was dropped while a transaction held a lock on it"
+        reader.execute("COMMIT")
+        wait_until(lambda: not list(conn.execute(RETIRED_SQL)), 30,
+                   what="a worker to drop the retired table")
+        wait_until(lambda: not _worker_pids(conn, "app"), 30, what="the worker to exit")
 
 
 def test_worker_that_missed_a_reload_reads_it_through_the_launcher(make_cluster):
