@@ -30,21 +30,26 @@
  *
  * So on an idle server the workers run flat out, and under a steady load
  * they fill the cores the load leaves, less the headroom.  At saturation
- * pausing the workers gives the sessions nothing they lack (they use every
- * cycle either way) and only makes the migration, and so its cost to every
- * statement, last longer: there the workers run flat out too.  Saturation
- * is told apart from a steady load near capacity by looking: where even the
- * floor leaves less than LF_PACING_SATURATED_IDLE of the CPU idle for
- * LF_PACING_SATURATED_PERIODS periods in a row, in the first
+ * every CPU second a worker takes is one the sessions lose: there the
+ * workers keep to the floor, the migration's guaranteed progress.  (They
+ * ran flat out there until 2026-11-27, so that the migration's cost to
+ * every statement ended sooner: in 5 interleaved rounds of TPC-C at
+ * saturation, flat out committed 0.82x the floor's count on the aggregate
+ * and 1.00x on the split, bench/README.md "The workers at saturation".)
+ * Saturation is told apart from a steady load near capacity by looking:
+ * where even the floor leaves less than LF_PACING_SATURATED_IDLE of the CPU
+ * idle for LF_PACING_SATURATED_PERIODS periods in a row, in the first
  * LF_PACING_PROBE_MS of the next LF_PACING_PROBE_EVERY_MS of the clock the
  * workers all pause (probe): still nothing idle, and they are saturated;
- * saturated, they run flat out with batches of a fifth of
- * leapfrog.batch_size, look the same way every LF_PACING_PROBE_EVERY_MS, and
- * idle CPU sends them back to their shares.  Why look rather than decide
- * on the periods: a steady load at 65% of saturation has bursts with
- * nothing idle, and the floor's own CPU can fill what a heavy steady load
- * leaves; either once sent the workers flat out, the queue that built kept
- * the server busy through every look after, and p99 was 2 s.
+ * saturated, they keep to the floor with batches of a fifth of
+ * leapfrog.batch_size rather than the floor's square (fewer, larger
+ * batches: a batch's fixed cost counts against the floor), look the same
+ * way every LF_PACING_PROBE_EVERY_MS, and idle CPU sends them back to
+ * their shares.  Why look rather than decide on the periods: a steady load
+ * at 65% of saturation has bursts with nothing idle, and the floor's own
+ * CPU can fill what a heavy steady load leaves; either once sent the
+ * workers flat out, the queue that built kept the server busy through every
+ * look after, and p99 was 2 s.
 
  * A worker's first measurement covers the time from its start (at start(),
  * leapfrog.background_delay before its first batch) to the end of that
@@ -83,7 +88,7 @@
 /* LfPacingShared.mode */
 #define LF_PACED 0				/* workers keep to their shares */
 #define LF_SUSPECT 1			/* paced, and the next look decides */
-#define LF_SATURATED 2			/* flat out but for the looks */
+#define LF_SATURATED 2			/* at the floor, larger batches, looks */
 
 typedef struct LfPacingShared
 {
@@ -327,13 +332,13 @@ lf_pacing_pause_ms(TimestampTz started, uint64 cpu_us, double *share)
 	if (pg_atomic_read_u32(&pacing->mode) != LF_PACED)
 		probe();
 	if (pg_atomic_read_u32(&pacing->mode) == LF_SATURATED)
-		my_share = 1;
+		my_share = lf_background_min_share;
 	else
 		measure();
 	*share = my_share < 0 ? lf_background_min_share : my_share;
 	if (*share >= 1)
 	{
-		/* not paced: flat out (saturated, idle, or pacing turned off) */
+		/* not paced: flat out (idle, or pacing turned off) */
 		*share = 1;
 		pause_owed = 0;
 		return 0;
