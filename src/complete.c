@@ -32,6 +32,8 @@
 #include "miscadmin.h"
 #include "storage/bufmgr.h"
 #include "storage/lmgr.h"
+#include "storage/proc.h"
+#include "storage/sinvaladt.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
@@ -247,6 +249,49 @@ lf_retired_join_extension(Oid relid, bool join)
 	}
 }
 
+/*
+ * A table lf_drop_retired cannot lock now (locked: the relation that is):
+ * a worker retries at commit, even with leapfrog.background off.  Said at
+ * LOG by a session (complete()), with the processes holding locks on it,
+ * since the retired table then outlives the call; at DEBUG1 by the worker
+ * that retries every second.
+ */
+static const char *
+name_or_oid(Oid relid)
+{
+	char	   *name = get_rel_name(relid);
+
+	return name ? name : psprintf("%u", relid);
+}
+
+static void
+drop_later(Oid relid, Oid locked)
+{
+	LOCKTAG		tag;
+	VirtualTransactionId *holders;
+	StringInfoData pids;
+
+	lf_wake_worker_at_commit();
+	if (!message_level_is_interesting(MyBackendType == B_BG_WORKER ? DEBUG1 : LOG))
+		return;
+	initStringInfo(&pids);
+	SET_LOCKTAG_RELATION(tag, MyDatabaseId, locked);
+	for (holders = GetLockConflicts(&tag, AccessExclusiveLock, NULL);
+		 VirtualTransactionIdIsValid(*holders); holders++)
+	{
+		PGPROC	   *proc = BackendIdGetProc(holders->backendId);
+
+		if (proc)
+			appendStringInfo(&pids, "%s%d", pids.len ? ", " : "", proc->pid);
+	}
+	ereport(MyBackendType == B_BG_WORKER ? DEBUG1 : LOG,
+			(errmsg("leapfrog: could not drop retired table \"%s\" yet: \"%s\" is locked%s%s",
+					name_or_oid(relid), name_or_oid(locked),
+					pids.len ? " by process " : "", pids.data),
+			 errdetail("A background worker drops it once the lock is gone.")));
+	pfree(pids.data);
+}
+
 void
 lf_drop_retired(List *relids)
 {
@@ -261,8 +306,7 @@ lf_drop_retired(List *relids)
 
 		if (!ConditionalLockRelationOid(relid, AccessExclusiveLock))
 		{
-			/* a worker retries it, even with leapfrog.background off */
-			lf_wake_worker_at_commit();
+			drop_later(relid, relid);
 			continue;
 		}
 
@@ -274,7 +318,7 @@ lf_drop_retired(List *relids)
 			!ConditionalLockRelationOid(live, AccessExclusiveLock))
 		{
 			UnlockRelationOid(relid, AccessExclusiveLock);
-			lf_wake_worker_at_commit();
+			drop_later(relid, live);
 			continue;
 		}
 
