@@ -30,7 +30,9 @@
 #include "executor/spi.h"
 #include "executor/tuptable.h"
 #include "miscadmin.h"
+#include "pgstat.h"
 #include "storage/bufmgr.h"
+#include "storage/latch.h"
 #include "storage/lmgr.h"
 #include "storage/proc.h"
 #include "storage/sinvaladt.h"
@@ -292,6 +294,35 @@ drop_later(Oid relid, Oid locked)
 	pfree(pids.data);
 }
 
+/*
+ * AccessExclusiveLock on relid without queueing for it, tried again every
+ * LF_DROP_LOCK_INTERVAL_MS for up to LF_DROP_LOCK_MS, as VACUUM retries
+ * the lock it truncates under: a lock held for an instant need not leave
+ * the table to a worker.  (Every backend that reloads its cache of
+ * migrations holds a live input's AccessShareLock while it looks up the
+ * input's primary key: a complete() 11 ms after start() met the workers
+ * that start() had launched doing just that, and left the input's trigger
+ * for a worker: regress live_shared failed once in 7 runs.)
+ */
+#define LF_DROP_LOCK_MS 50
+#define LF_DROP_LOCK_INTERVAL_MS 5
+
+static bool
+lock_for_drop(Oid relid)
+{
+	for (int waited = 0;; waited += LF_DROP_LOCK_INTERVAL_MS)
+	{
+		if (ConditionalLockRelationOid(relid, AccessExclusiveLock))
+			return true;
+		if (waited >= LF_DROP_LOCK_MS)
+			return false;
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 LF_DROP_LOCK_INTERVAL_MS, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+	}
+}
+
 void
 lf_drop_retired(List *relids)
 {
@@ -304,7 +335,7 @@ lf_drop_retired(List *relids)
 
 		Oid			live;
 
-		if (!ConditionalLockRelationOid(relid, AccessExclusiveLock))
+		if (!lock_for_drop(relid))
 		{
 			drop_later(relid, relid);
 			continue;
@@ -314,8 +345,7 @@ lf_drop_retired(List *relids)
 		 * A live input's table of done keys takes the input's trigger with it,
 		 * which needs the input's AccessExclusiveLock: only if free now.
 		 */
-		if (OidIsValid(live = lf_live_trigger_table(relid)) &&
-			!ConditionalLockRelationOid(live, AccessExclusiveLock))
+		if (OidIsValid(live = lf_live_trigger_table(relid)) && !lock_for_drop(live))
 		{
 			UnlockRelationOid(relid, AccessExclusiveLock);
 			drop_later(relid, live);
