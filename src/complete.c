@@ -251,13 +251,6 @@ lf_retired_join_extension(Oid relid, bool join)
 	}
 }
 
-/*
- * A table lf_drop_retired cannot lock now (locked: the relation that is):
- * a worker retries at commit, even with leapfrog.background off.  Said at
- * LOG by a session (complete()), with the processes holding locks on it,
- * since the retired table then outlives the call; at DEBUG1 by the worker
- * that retries every second.
- */
 static const char *
 name_or_oid(Oid relid)
 {
@@ -266,6 +259,13 @@ name_or_oid(Oid relid)
 	return name ? name : psprintf("%u", relid);
 }
 
+/*
+ * A table lf_drop_retired cannot lock now (locked: the relation that is):
+ * a worker retries at commit, even with leapfrog.background off.  Said at
+ * LOG by a session (complete()), with the processes holding locks on it,
+ * since the retired table then outlives the call; at DEBUG1 by the worker
+ * that retries every second.
+ */
 static void
 drop_later(Oid relid, Oid locked)
 {

@@ -1937,11 +1937,14 @@ migrate_rounds(QueryDesc *qd, List *live, bool xact, bool all_standalone)
 		Snapshot	snap = round_snapshot(q, xact, migrated);
 		List	   *sets = NIL;
 		int			skipped = 0;
+		bool		newly_skipped;
 		bool		found;
 
 		claim_saw_update = false;
 		found = relevance_round(qd, live, snap, xact, &sets, &skipped);
 		completed |= skipped > 0;
+		newly_skipped = skipped > skipped_before;
+		skipped_before = skipped;
 
 		/*
 		 * A migration completed since the last round, after snap was taken
@@ -1952,9 +1955,8 @@ migrate_rounds(QueryDesc *qd, List *live, bool xact, bool all_standalone)
 		 * check_completions fails with 40001 if q cannot see the
 		 * completion (rc_chain_rounds.spec).
 		 */
-		if (!found && !xact && skipped > skipped_before)
+		if (!found && !xact && newly_skipped)
 		{
-			skipped_before = skipped;
 			UnregisterSnapshot(snap);
 			continue;
 		}
@@ -1967,7 +1969,6 @@ migrate_rounds(QueryDesc *qd, List *live, bool xact, bool all_standalone)
 				use_snapshot(qd, snap, xact, migrated);
 			return completed;
 		}
-		skipped_before = skipped;
 		UnregisterSnapshot(snap);
 		if (round >= 1000)
 			elog(ERROR, "leapfrog: migration of the rows a statement needs did not converge");

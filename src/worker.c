@@ -1149,6 +1149,7 @@ lf_worker_main(Datum arg)
 		uint64		round_cpu = lf_pacing_cpu_now();
 		long		sleep_ms;
 		bool		any_running;
+		bool		idle;
 		List	   *ids;
 		List	   *leftovers;
 		ListCell   *lc;
@@ -1168,13 +1169,15 @@ lf_worker_main(Datum arg)
 
 		MemoryContextReset(loop_cxt);
 		ids = runnable_migrations(loop_cxt, &sleep_ms, &any_running, &leftovers);
+		/* nothing to migrate: no running migration, or leapfrog.background off */
+		idle = !any_running || !lf_background;
 		/*
 		 * Retired tables still locked by some transaction: try again soon.
 		 * A drop that failed is not retried every second: with nothing to
 		 * migrate the worker exits, and the next worker of the database
 		 * tries again.
 		 */
-		if (leftovers != NIL && drop_leftovers(leftovers) && (!any_running || !lf_background))
+		if (leftovers != NIL && drop_leftovers(leftovers) && idle)
 		{
 			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 							 1000, PG_WAIT_EXTENSION);
@@ -1182,12 +1185,12 @@ lf_worker_main(Datum arg)
 			continue;
 		}
 		/*
-		 * Nothing to do: no running migration, or leapfrog.background = off
-		 * (an idle worker would hold a slot of max_worker_processes, which
-		 * parallel query draws from): the worker parks its database, whose
-		 * workers the launcher launches again once it sees the setting on.
+		 * Idle, a worker would hold a slot of max_worker_processes, which
+		 * parallel query draws from: it exits, and with migrations running
+		 * (leapfrog.background off) parks its database, whose workers the
+		 * launcher launches again once it sees the setting on.
 		 */
-		if (!any_running || !lf_background)
+		if (idle)
 		{
 			bool		wanted;
 

@@ -156,9 +156,7 @@ def test_terminated_worker_is_launched_again(make_cluster):
 def _launcher_sighup(conn):
     """A reload that reaches the launcher only, as if the workers had lost
     their SIGHUP (ALTER SYSTEM has written the setting)."""
-    launcher = conn.execute("SELECT pid FROM pg_stat_activity "
-                            "WHERE backend_type = 'leapfrog launcher'").fetchone()[0]
-    os.kill(launcher, signal.SIGHUP)
+    os.kill(_launcher_pid(conn), signal.SIGHUP)
 
 
 EXIT_OFF = "exits: leapfrog.background is off"
