@@ -61,6 +61,8 @@ typedef struct RelCtx
 	List	   *mappings;		/* per item: the mapping id whose groups its rows
 								 * need, of a live input tracked in place; or 0 */
 	List	   *fkeys;			/* LfForeignKey * whose referencing rows are needed */
+	Oid			only;			/* if set, the one target collect_level looks
+								 * for (an upstream level, nest_upstream) */
 } RelCtx;
 
 static void collect_level(Query *level, RelCtx *cx);
@@ -1039,7 +1041,8 @@ collect_level(Query *level, RelCtx *cx)
 		RangeTblEntry *rte = lfirst(lc);
 
 		rti++;
-		if (rte->rtekind == RTE_RELATION && lf_is_target(rte->relid))
+		if (rte->rtekind == RTE_RELATION && lf_is_target(rte->relid) &&
+			(!OidIsValid(cx->only) || rte->relid == cx->only))
 		{
 			cx->found = list_append_unique_oid(cx->found, rte->relid);
 			occ = lappend_int(occ, rti);
@@ -1346,6 +1349,73 @@ lock_live_targets(List *targets)
 }
 
 /*
+ * Is the mapping sub-query a plain projection of one relation: no filter,
+ * no security barrier, nothing volatile?  Substituting its output
+ * expressions then flattens it exactly, as the planner's own pull-up does.
+ */
+static bool
+projection_only(RangeTblEntry *sub)
+{
+	Query	   *s = sub->subquery;
+
+	if (sub->security_barrier || sub->securityQuals != NIL || s->commandType != CMD_SELECT ||
+		list_length(s->rtable) != 1 || s->jointree == NULL || s->jointree->quals != NULL ||
+		list_length(s->jointree->fromlist) != 1 ||
+		!IsA(linitial(s->jointree->fromlist), RangeTblRef) ||
+		s->hasAggs || s->groupClause || s->havingQual || s->hasForUpdate ||
+		s->hasRowSecurity || contain_volatile_functions((Node *) s->targetList))
+		return false;
+	return rt_fetch(1, s->rtable)->rtekind == RTE_RELATION;
+}
+
+/*
+ * Is occurrence rti a plain member of q's FROM list that a WHERE conjunct
+ * joins to another relation?
+ */
+static bool
+joins_others(Query *q, int rti)
+{
+	bool		direct = false;
+	ListCell   *lc;
+
+	if (q->jointree == NULL || q->jointree->quals == NULL)
+		return false;
+	foreach(lc, q->jointree->fromlist)
+		if (IsA(lfirst(lc), RangeTblRef) && ((RangeTblRef *) lfirst(lc))->rtindex == rti)
+			direct = true;
+	if (!direct)
+		return false;
+	foreach(lc, make_ands_implicit((Expr *) q->jointree->quals))
+	{
+		Relids		rels = pull_varnos_of_level(NULL, lfirst(lc), 0);
+
+		if (bms_is_member(rti, rels) && bms_num_members(rels) > 1)
+			return true;
+	}
+	return false;
+}
+
+/*
+ * Item q with its mapping sub-query sub (occurrence rti, projection_only)
+ * pulled up: rti reads the input itself, and every column of the mapping
+ * becomes its expression over the input.
+ */
+static Query *
+pull_up_mapping(Query *q, int rti, RangeTblEntry *sub)
+{
+	List	   *tlist = copyObject(sub->subquery->targetList);
+	RangeTblEntry *rel = copyObject(rt_fetch(1, sub->subquery->rtable));
+	Query	   *level;
+
+	ChangeVarNodes((Node *) tlist, 1, rti, 0);
+	level = (Query *) ReplaceVarsFromTargetList((Node *) copyObject(q), rti, 0, sub, tlist,
+												REPLACEVARS_REPORT_ERROR, 0, NULL);
+	rel->inFromCl = true;
+	list_nth_cell(level->rtable, rti - 1)->ptr_value = rel;
+	return level;
+}
+
+/*
  * Chained migrations.  An item's input may be a table an earlier migration
  * still fills (that migration's target, retired by a later one): rows the
  * earlier migration moves into it after our round would be missed.  So the
@@ -1356,9 +1426,19 @@ lock_live_targets(List *targets)
  * exact).  Not found, or not a plain mapping: all the earlier migration's
  * rows for it.  The rounds (migrate.c) run the earlier migration's items
  * first and repeat until nothing is found, which reaches up a chain.
+ *
+ * An item that joins the mapping to rows the statement's other items bring
+ * (may_pull: the keys a write may conflict with, the rows referencing rows
+ * it changes) is restricted by that join too, when the mapping only
+ * projects its input (no filter: the planner would flatten it anyway): it
+ * is pulled up into the item (*pulled), so that "input.id = r.id + 1"
+ * finds the one row an UPDATE's new key can meet, where pushing nothing
+ * took all of them.  Not for the statement's own items: two new tables
+ * joined would each wait for the other's rows, which may both still be
+ * up the chain, and a round would find nothing too soon.
  */
 static Query *
-upstream_level(Query *q, Oid input)
+upstream_level(Query *q, Oid input, bool may_pull, bool *pulled)
 {
 	RangeTblEntry *sub = NULL;
 	Query	   *level;
@@ -1390,6 +1470,11 @@ upstream_level(Query *q, Oid input)
 		level->distinctClause || level->hasWindowFuncs || level->hasTargetSRFs ||
 		level->limitCount || level->limitOffset || level->cteList)
 		return level;
+	if (may_pull && projection_only(sub) && joins_others(q, rti))
+	{
+		*pulled = true;
+		return pull_up_mapping(q, rti, sub);
+	}
 	foreach(lc, make_ands_implicit((Expr *) copyObject(q->jointree->quals)))
 	{
 		Node	   *c = lfirst(lc);
@@ -1468,13 +1553,23 @@ nest_upstream(RelCtx *cx)
 		Oid			input = list_nth_oid(cx->inputs, i);
 		LfMigration *mig = lf_migration_by_input(input);
 		Query	   *level;
+		bool		pulled = false;
 		ListCell   *lc;
 
 		if (mig == NULL || !lf_has_upstream(mig))
 			continue;
-		level = upstream_level(list_nth(cx->queries, i), input);
+		level = upstream_level(list_nth(cx->queries, i), input,
+							   list_nth_int(cx->kinds, i) != LF_NEEDS_ROWS, &pulled);
 		if (level)
+		{
+			/* a pulled-up item also reads other new tables: as they are */
+			Oid			only = cx->only;
+
+			if (pulled)
+				cx->only = input;
 			collect_level(level, cx);
+			cx->only = only;
+		}
 		else
 			foreach(lc, mig->inputs)
 				if (lf_upstream_of(mig, lfirst_oid(lc)))
