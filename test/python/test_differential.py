@@ -3585,6 +3585,31 @@ def _many_units(t, keys=None):
         functools.reduce(lambda x, k: x * len(t.vals[k]), keys, 1) >= 6
 
 
+def _unit_budget(tables):
+    """{unit table of the first migration: the statements on it that the
+    workloads before the last step may run}: a third of its units, since
+    each such statement migrates a unit or two (by key, or by a row whose
+    unit it is), so that units are left for the next step."""
+    out = {}
+    for t in tables:
+        if isinstance(t, UnitTable) and all(k in t.vals for k in t.keys):
+            units = functools.reduce(lambda x, k: x * len(t.vals[k]), t.keys, 1)
+            out[t.name] = max(1, units // 3)
+    return out
+
+
+def _within_budget(budget, st, names):
+    """Whether st, which names tables names, fits the budget (then it is
+    charged: two for a list of keys)."""
+    cost = 2 if "= ANY(" in st.text else 1
+    hit = [x for x in set(names) if x in budget]
+    if any(budget[x] < cost for x in hit):
+        return False
+    for x in hit:
+        budget[x] -= cost
+    return True
+
+
 def gen_chain_workload(rng, case, tables, n, final):
     """Statements over the chain's tables after a step: gen_stmt on tables
     with ids, gen_unit_stmt on tables of a unit key; transactions at every
@@ -3630,7 +3655,7 @@ def gen_chain_workload(rng, case, tables, n, final):
                 st = gen_unit_stmt(rng, t, case)
             else:
                 st = gen_stmt(rng, t, rows, some_id, id_range, id_pool)
-            if final or _narrow(st, t):
+            if final or _narrow(st, t) and _within_budget(case.unit_budget, st, [t.name]):
                 break
         else:
             continue
@@ -3709,6 +3734,7 @@ def gen_chain_case(seed, snapshots=False):
     first, cuts, depth = [], [0], 0
     tables = _chain_tables(case)
     by_name = {t.name: t for t in tables}
+    case.unit_budget = _unit_budget(tables)
     for st in case.workload:
         if re.match(r"SELECT lf_\w+\(", st.text):
             continue        # (PL/pgSQL: statements the filter cannot see)
@@ -3716,6 +3742,8 @@ def gen_chain_case(seed, snapshots=False):
         if any(x in by_name and not _narrow(st, by_name[x]) for x in named):
             continue
         if _whole_table_read(st, [t.name for t in case.tables] + case.live):
+            continue
+        if not _within_budget(case.unit_budget, st, named):
             continue
         first.append(st)
         depth = 1 if st.text.startswith("BEGIN") else (
