@@ -45,6 +45,9 @@
 #include "catalog/pg_opfamily.h"
 #include "access/genam.h"
 #include "access/htup_details.h"
+#include "access/nbtree.h"
+#include "catalog/pg_am.h"
+#include "commands/defrem.h"
 
 #define MAX_COMBOS 16
 #define MAX_ITEMS 64
@@ -211,6 +214,23 @@ lf_mapping_filters(LfMapping *m)
 }
 
 /*
+ * Is rti a plain member of q's FROM list (no outer join above it), under a
+ * WHERE clause?
+ */
+static bool
+filtered_member(Query *q, int rti)
+{
+	ListCell   *lc;
+
+	if (q->jointree == NULL || q->jointree->quals == NULL)
+		return false;
+	foreach(lc, q->jointree->fromlist)
+		if (IsA(lfirst(lc), RangeTblRef) && ((RangeTblRef *) lfirst(lc))->rtindex == rti)
+			return true;
+	return false;
+}
+
+/*
  * The WHERE conjuncts of level q on occurrence rti alone, where rti is a
  * plain member of the FROM list (no outer join above it): they restrict its
  * rows, in any branch.
@@ -219,15 +239,9 @@ List *
 lf_own_conjuncts(Query *q, int rti)
 {
 	List	   *result = NIL;
-	bool		direct = false;
 	ListCell   *lc;
 
-	if (q->jointree == NULL || q->jointree->quals == NULL)
-		return NIL;
-	foreach(lc, q->jointree->fromlist)
-		if (IsA(lfirst(lc), RangeTblRef) && ((RangeTblRef *) lfirst(lc))->rtindex == rti)
-			direct = true;
-	if (!direct)
+	if (!filtered_member(q, rti))
 		return NIL;
 	foreach(lc, make_ands_implicit((Expr *) q->jointree->quals))
 	{
@@ -1375,15 +1389,9 @@ projection_only(RangeTblEntry *sub)
 static bool
 joins_others(Query *q, int rti)
 {
-	bool		direct = false;
 	ListCell   *lc;
 
-	if (q->jointree == NULL || q->jointree->quals == NULL)
-		return false;
-	foreach(lc, q->jointree->fromlist)
-		if (IsA(lfirst(lc), RangeTblRef) && ((RangeTblRef *) lfirst(lc))->rtindex == rti)
-			direct = true;
-	if (!direct)
+	if (!filtered_member(q, rti))
 		return false;
 	foreach(lc, make_ands_implicit((Expr *) q->jointree->quals))
 	{
@@ -1437,6 +1445,120 @@ pull_up_mapping(Query *q, int rti, RangeTblEntry *sub)
  * joined would each wait for the other's rows, which may both still be
  * up the chain, and a round would find nothing too soon.
  */
+/*
+ * Does opno, on two values of type under collation coll, say they are
+ * equal only when they are identical?  It must be the type's default btree
+ * equality, and the opclass must say "equalimage" (as for deduplication in
+ * B-tree indexes): integers, dates, text under a deterministic collation;
+ * not numeric (1.0 = 1.00) nor a case-insensitive collation.
+ */
+static bool
+equal_means_identical(Oid opno, Oid type, Oid coll)
+{
+	Oid			opclass = GetDefaultOpClass(type, BTREE_AM_OID);
+	Oid			family;
+	Oid			proc;
+
+	if (!OidIsValid(opclass))
+		return false;
+	family = get_opclass_family(opclass);
+	if (get_opfamily_member(family, type, type, BTEqualStrategyNumber) != opno)
+		return false;
+	proc = get_opfamily_proc(family, type, type, BTEQUALIMAGE_PROC);
+	return OidIsValid(proc) &&
+		DatumGetBool(OidFunctionCall1Coll(proc, coll, ObjectIdGetDatum(type)));
+}
+
+typedef struct SwapVar
+{
+	Var		   *from;
+	Var		   *to;
+	bool		other;			/* from's relation read in another column */
+} SwapVar;
+
+static Node *
+swap_var_mutator(Node *node, SwapVar *sv)
+{
+	if (node == NULL)
+		return NULL;
+	if (IsA(node, Var) && ((Var *) node)->varlevelsup == 0 &&
+		((Var *) node)->varno == sv->from->varno)
+	{
+		if (((Var *) node)->varattno != sv->from->varattno)
+			sv->other = true;
+		return copyObject((Node *) sv->to);
+	}
+	return expression_tree_mutator(node, swap_var_mutator, sv);
+}
+
+/* The plain Var under a binary-compatible relabelling, or NULL */
+static Var *
+bare_var(Node *n)
+{
+	while (n && IsA(n, RelabelType))
+		n = (Node *) ((RelabelType *) n)->arg;
+	return n && IsA(n, Var) && ((Var *) n)->varlevelsup == 0 && ((Var *) n)->varattno > 0 ?
+		(Var *) n : NULL;
+}
+
+/*
+ * Conditions on occurrence rti that q's WHERE conjuncts imply through an
+ * equality with another relation's column: from "rti.x = o.y AND
+ * cond(o.y)", cond(rti.x).  Sound where equal means identical
+ * (equal_means_identical): cond cannot tell x from y.  A join of two new
+ * tables of a chain restricted by one side (UPDATE a ... FROM b WHERE
+ * a.id = b.id AND b.id BETWEEN 1 AND 3) then restricts the other's
+ * earlier migration too, instead of taking all its rows.
+ */
+static List *
+implied_conjuncts(List *conj, int rti)
+{
+	List	   *out = NIL;
+	ListCell   *lc;
+
+	foreach(lc, conj)
+	{
+		OpExpr	   *op = lfirst(lc);
+		Var		   *l,
+				   *r,
+				   *mine,
+				   *other;
+		ListCell   *lc2;
+
+		if (!IsA(op, OpExpr) || list_length(op->args) != 2 ||
+			(l = bare_var(linitial(op->args))) == NULL ||
+			(r = bare_var(lsecond(op->args))) == NULL)
+			continue;
+		if (l->varno == rti && r->varno != rti)
+			mine = l, other = r;
+		else if (r->varno == rti && l->varno != rti)
+			mine = r, other = l;
+		else
+			continue;
+		if (mine->vartype != other->vartype || mine->varcollid != other->varcollid ||
+			exprType(linitial(op->args)) != exprType(lsecond(op->args)) ||
+			!equal_means_identical(op->opno, exprType(linitial(op->args)), op->inputcollid))
+			continue;
+		foreach(lc2, conj)
+		{
+			Node	   *c = lfirst(lc2);
+			Relids		varnos = pull_varnos(NULL, c);
+			SwapVar		sv = {other, mine, false};
+			Node	   *implied;
+
+			if (c == (Node *) op || bms_membership(varnos) != BMS_SINGLETON ||
+				bms_singleton_member(varnos) != other->varno ||
+				contain_volatile_functions(c) || checkExprHasSubLink(c) ||
+				has_outer_or_bad_refs(c, 0))
+				continue;
+			implied = swap_var_mutator(copyObject(c), &sv);
+			if (!sv.other)
+				out = lappend(out, implied);
+		}
+	}
+	return out;
+}
+
 static Query *
 upstream_level(Query *q, Oid input, bool may_pull, bool *pulled)
 {
@@ -1444,6 +1566,7 @@ upstream_level(Query *q, Oid input, bool may_pull, bool *pulled)
 	Query	   *level;
 	int			rti = 0;
 	List	   *pushed = NIL;
+	List	   *conj;
 	ListCell   *lc;
 
 	foreach(lc, q->rtable)
@@ -1475,7 +1598,8 @@ upstream_level(Query *q, Oid input, bool may_pull, bool *pulled)
 		*pulled = true;
 		return pull_up_mapping(q, rti, sub);
 	}
-	foreach(lc, make_ands_implicit((Expr *) copyObject(q->jointree->quals)))
+	conj = make_ands_implicit((Expr *) copyObject(q->jointree->quals));
+	foreach(lc, list_concat(implied_conjuncts(conj, rti), conj))
 	{
 		Node	   *c = lfirst(lc);
 		Relids		varnos = pull_varnos(NULL, c);
