@@ -1559,6 +1559,42 @@ implied_conjuncts(List *conj, int rti)
 	return out;
 }
 
+/*
+ * The conjuncts every row of a query satisfies: its WHERE, and the ON
+ * conditions of the joins reached from it through inner joins only (an
+ * outer join's condition does not filter its preserved side, and nothing
+ * under its nullable side is certain).  Appended to *conj.
+ */
+static void
+row_conjuncts(Node *jt, List **conj)
+{
+	if (jt == NULL || IsA(jt, RangeTblRef))
+		return;
+	if (IsA(jt, FromExpr))
+	{
+		ListCell   *lc;
+
+		*conj = list_concat(*conj, make_ands_implicit((Expr *) ((FromExpr *) jt)->quals));
+		foreach(lc, ((FromExpr *) jt)->fromlist)
+			row_conjuncts(lfirst(lc), conj);
+	}
+	else if (IsA(jt, JoinExpr))
+	{
+		JoinExpr   *j = (JoinExpr *) jt;
+
+		if (j->jointype == JOIN_INNER)
+		{
+			*conj = list_concat(*conj, make_ands_implicit((Expr *) j->quals));
+			row_conjuncts(j->larg, conj);
+			row_conjuncts(j->rarg, conj);
+		}
+		else if (j->jointype == JOIN_LEFT)
+			row_conjuncts(j->larg, conj);
+		else if (j->jointype == JOIN_RIGHT)
+			row_conjuncts(j->rarg, conj);
+	}
+}
+
 static Query *
 upstream_level(Query *q, Oid input, bool may_pull, bool *pulled)
 {
@@ -1598,7 +1634,9 @@ upstream_level(Query *q, Oid input, bool may_pull, bool *pulled)
 		*pulled = true;
 		return pull_up_mapping(q, rti, sub);
 	}
-	conj = make_ands_implicit((Expr *) copyObject(q->jointree->quals));
+	conj = NIL;
+	row_conjuncts((Node *) q->jointree, &conj);
+	conj = copyObject(conj);
 	foreach(lc, list_concat(implied_conjuncts(conj, rti), conj))
 	{
 		Node	   *c = lfirst(lc);

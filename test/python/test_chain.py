@@ -544,6 +544,10 @@ def test_key_written_by_expression_migrates_only_what_it_can_meet(quiet):
         "WHERE a.id = b.id AND b.id BETWEEN 81 AND 83 RETURNING a.id",
         "DELETE FROM cust_b b USING cust_a a WHERE a.id = b.id AND a.id BETWEEN 91 AND 92 "
         "RETURNING b.id",
+        "SELECT a.id, b.phone FROM cust_a a JOIN cust_b b ON a.id = b.id "
+        "WHERE b.id BETWEEN 101 AND 103 ORDER BY a.id FOR UPDATE",
+        "SELECT a.id, b.phone FROM cust_a a LEFT JOIN cust_b b ON a.id = b.id "
+        "WHERE a.id BETWEEN 109 AND 111 ORDER BY a.id FOR UPDATE OF a",
         "SELECT * FROM cust_a WHERE id IN (10, 11, 40, 41, 81, 82, 3000, 3001, 5041) ORDER BY id",
         "SELECT * FROM cust_b WHERE id BETWEEN 90 AND 93 ORDER BY id",
     ]
@@ -556,6 +560,7 @@ def test_key_written_by_expression_migrates_only_what_it_can_meet(quiet):
             got.append(a)
         assert got[1] == ("error", "23505") and got[4] == ("error", "23505")
         assert len(got[5][2]) == 3 and len(got[6][2]) == 2, got
+        assert len(got[7][2]) == 3 and got[8][2][1] == ("110", "None"), got
         # each statement moved a few of the split's 3000 rows, not all
         left = lazy.execute("SELECT leapfrog.remaining(%s)", [names[0]]).fetchone()[0]
         assert left >= 2950, left
