@@ -1424,28 +1424,6 @@ pull_up_mapping(Query *q, int rti, RangeTblEntry *sub)
 }
 
 /*
- * Chained migrations.  An item's input may be a table an earlier migration
- * still fills (that migration's target, retired by a later one): rows the
- * earlier migration moves into it after our round would be missed.  So the
- * item's mapping, as a statement on that table, gets the earlier
- * migration's relevance queries too: the mapping sub-query of the item,
- * with the item's conditions that read only it pushed in (a row mapping:
- * plain SELECT ... WHERE, where substituting its output expressions is
- * exact).  Not found, or not a plain mapping: all the earlier migration's
- * rows for it.  The rounds (migrate.c) run the earlier migration's items
- * first and repeat until nothing is found, which reaches up a chain.
- *
- * An item that joins the mapping to rows the statement's other items bring
- * (may_pull: the keys a write may conflict with, the rows referencing rows
- * it changes) is restricted by that join too, when the mapping only
- * projects its input (no filter: the planner would flatten it anyway): it
- * is pulled up into the item (*pulled), so that "input.id = r.id + 1"
- * finds the one row an UPDATE's new key can meet, where pushing nothing
- * took all of them.  Not for the statement's own items: two new tables
- * joined would each wait for the other's rows, which may both still be
- * up the chain, and a round would find nothing too soon.
- */
-/*
  * Does opno, on two values of type under collation coll, say they are
  * equal only when they are identical?  It must be the type's default btree
  * equality, and the opclass must say "equalimage" (as for deduplication in
@@ -1502,8 +1480,8 @@ bare_var(Node *n)
 }
 
 /*
- * Conditions on occurrence rti that q's WHERE conjuncts imply through an
- * equality with another relation's column: from "rti.x = o.y AND
+ * Conditions on occurrence rti that an item's conjuncts (row_conjuncts)
+ * imply through an equality with another relation's column: from "rti.x = o.y AND
  * cond(o.y)", cond(rti.x).  Sound where equal means identical
  * (equal_means_identical): cond cannot tell x from y.  A join of two new
  * tables of a chain restricted by one side (UPDATE a ... FROM b WHERE
@@ -1595,6 +1573,28 @@ row_conjuncts(Node *jt, List **conj)
 	}
 }
 
+/*
+ * Chained migrations.  An item's input may be a table an earlier migration
+ * still fills (that migration's target, retired by a later one): rows the
+ * earlier migration moves into it after our round would be missed.  So the
+ * item's mapping, as a statement on that table, gets the earlier
+ * migration's relevance queries too: the mapping sub-query of the item,
+ * with the item's conditions that read only it pushed in (a row mapping:
+ * plain SELECT ... WHERE, where substituting its output expressions is
+ * exact).  Not found, or not a plain mapping: all the earlier migration's
+ * rows for it.  The rounds (migrate.c) run the earlier migration's items
+ * first and repeat until nothing is found, which reaches up a chain.
+ *
+ * An item that joins the mapping to rows the statement's other items bring
+ * (may_pull: the keys a write may conflict with, the rows referencing rows
+ * it changes) is restricted by that join too, when the mapping only
+ * projects its input (no filter: the planner would flatten it anyway): it
+ * is pulled up into the item (*pulled), so that "input.id = r.id + 1"
+ * finds the one row an UPDATE's new key can meet, where pushing nothing
+ * took all of them.  Not for the statement's own items: two new tables
+ * joined would each wait for the other's rows, which may both still be
+ * up the chain, and a round would find nothing too soon.
+ */
 static Query *
 upstream_level(Query *q, Oid input, bool may_pull, bool *pulled)
 {

@@ -3072,11 +3072,19 @@ def _indexable(d):
     return not _is_array(d) and not (LONG_COLS and base_type(d) in ("text", "varchar"))
 
 
-def _chain_cols(rng, t, n, allow_change=True, natural=None):
+def _short_col(t, c, d):
+    """Whether column c (type d) of a chain table may be indexed or narrowed
+    (varchar(64)): not a GROUP BY's text aggregate (a string_agg is as long
+    as its group), nor anything drawn from one (t.long)."""
+    return _indexable(d) and c not in getattr(t, "long", ())
+
+
+def _chain_cols(rng, t, n, allow_change=True, natural=None, long=None):
     """Columns of a new table filled from t: [(name, declared type, expr)].
     The columns that identify a row come first as plain copies (id; a unit
     table's key and id columns), then n drawn as gen_mapping_cols draws.
-    natural, a dict, gets each column's expression type (a CTAS's)."""
+    natural, a dict, gets each column's expression type (a CTAS's); long, a
+    set, the columns drawn from t's long ones (_short_col)."""
     keep = ["id"] if "id" in t.decl else []
     if isinstance(t, UnitTable):
         for c in (t.keys or []) + (t.unique or []) + [t.id_col]:
@@ -3099,7 +3107,10 @@ def _chain_cols(rng, t, n, allow_change=True, natural=None):
             name = "n%d_%d" % (k, rng.randint(0, 999))
         used.add(name)
         decl = rtype
-        if allow_change and not LONG_COLS and rng.random() < 0.25 and rtype in TYPE_CHANGES:
+        if scol in getattr(t, "long", ()):
+            if long is not None:
+                long.add(name)
+        elif allow_change and not LONG_COLS and rng.random() < 0.25 and rtype in TYPE_CHANGES:
             decl = rng.choice(TYPE_CHANGES[rtype])
         out.append((name, decl, fmt(expr, scol)))
         if natural is not None:
@@ -3151,6 +3162,8 @@ def _chain_aggregate(rng, cols):
 def _rename_col(t, c, new):
     t.cols = [(new if x == c else x, d) for x, d in t.cols]
     t.decl = dict(t.cols)
+    if c in getattr(t, "long", ()):
+        t.long = (t.long - {c}) | {new}
     t.fill_col[new] = t.fill_col.pop(c)
     if isinstance(t, UnitTable):
         t.keys = [new if x == c else x for x in t.keys]
@@ -3197,6 +3210,10 @@ def _chain_tables(case):
             t.indexed.add("id")
         if isinstance(t, UnitTable) and t.unique and len(t.unique) == 1:
             t.indexed.add(t.unique[0])
+        # a GROUP BY's text aggregates (string_agg) may be long: _short_col
+        t.long = {c for c, d in t.cols if case.kind == "group" and isinstance(t, UnitTable)
+                  and c not in (t.keys or []) + (t.unique or [])
+                  and base_type(d) in ("text", "varchar")}
         if len(getattr(t, "keys_index", [])) == 1:
             t.indexed.add(t.keys_index[0])
         # A source named after the source keeps its values (a heuristic: the
@@ -3251,7 +3268,7 @@ def chain_step(rng, case, steps, tables, s):
     case.quiet = {t.name for t in tables if getattr(t, "live_input", False)
                   and case.kind in ("group", "join")}
     groupable = [(t, c) for t in tables for c, d in _mappable(t)
-                 if _indexable(d) and _can_index(t, c)]
+                 if _short_col(t, c, d) and _can_index(t, c)]
     pairs = [(x, y) for x in tables for y in tables
              if x is not y and not isinstance(x, UnitTable) and not isinstance(y, UnitTable)
              and "id" in x.decl and "id" in y.decl and not x.nodrop and not y.nodrop
@@ -3307,6 +3324,8 @@ def chain_step(rng, case, steps, tables, s):
         n.decl = dict(n.cols)
         n.vals = {c: x.vals.get(c) or y.vals.get(c) for c, _ in n.cols
                   if x.vals.get(c) or y.vals.get(c)}
+        n.long = {c for c, _, e in cols
+                  if e.split(".")[1] in getattr(x if e.startswith("a.") else y, "long", ())}
         tables.append(n)
         ops.append("join %s %s %s -> %s" % (x.name, jt, y.name, final))
         touched |= {final}
@@ -3360,6 +3379,7 @@ def chain_step(rng, case, steps, tables, s):
         decls = [(c, d) for c, d, _ in cols]
         n = UnitTable(final, decls, [k], [k], {k: t.vals[k]} if t.vals.get(k) else {},
                       dim=t.dim if isinstance(t, UnitTable) and t.dim == k else None)
+        n.long = {c for c, d in decls if c != k and base_type(d) in ("text", "varchar")}
         tables.append(n)
         ops.append("group %s by %s -> %s%s" % (t.name, k, final, "" if drop else " (live)"))
         touched |= {t.name, final}
@@ -3372,7 +3392,8 @@ def chain_step(rng, case, steps, tables, s):
         new, made = [], []
         for p in range(nparts):
             natural = {}
-            cols = _chain_cols(rng, t, rng.randint(1, 3), natural=natural)
+            long = set()
+            cols = _chain_cols(rng, t, rng.randint(1, 3), natural=natural, long=long)
             where = _chain_filter(rng, t)
             if same and p == 0:
                 final = t.name
@@ -3392,7 +3413,7 @@ def chain_step(rng, case, steps, tables, s):
                 stmts.append(create_table_sql(tmp, cols, pk))
                 if rng.random() < 0.3:
                     c = rng.choice(cols)
-                    if _indexable(c[1]):
+                    if _indexable(c[1]) and c[0] not in long:
                         stmts.append("CREATE INDEX ON %s (%s);" % (tmp, c[0]))
                 s_ = insert_select_sql(tmp, cols, t.name, where, rng)
                 stmts.append(s_)
@@ -3415,6 +3436,7 @@ def chain_step(rng, case, steps, tables, s):
                 n.vals = {c: v for c, v in t.vals.items()
                           if c in [x for x, _, e in cols if e == x]}
             n.tmp = tmp
+            n.long = long
             new.append(n)
         if drop:
             stmts.append("DROP TABLE %s;" % t.name)
@@ -3501,7 +3523,7 @@ def chain_alter(rng, t, tables, s, ops):
                          % (t.name, name, k))
             t.cols.append((name, "numeric(12,2)"))
         what.append("add column")
-    idx = [c for c, d in t.cols if _indexable(d)]
+    idx = [c for c, d in t.cols if _short_col(t, c, d)]
     if idx and rng.random() < 0.4:
         c = rng.choice(idx)
         stmts.append("CREATE INDEX ON %s (%s);" % (t.name, c))
