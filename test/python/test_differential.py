@@ -3019,9 +3019,12 @@ def test_expression_catalogue(diff_cluster):
 # migration that moves rows still runs and the first still holds rows, which
 # travel the whole chain (asserted without the worker: else the chain checks
 # nothing; with it, CHAIN_ROWS_LEFT records them).  Workloads before the
-# last step address rows by key (_narrow), and leave alone the targets of a
-# GROUP BY or join over a table still being filled, whose statements move
-# every row the earlier migration holds.  The snapshot variant adds a
+# last step address rows by key (_narrow), run statements on at most a
+# third of the first migration's units (_unit_budget), and leave alone the
+# targets of a GROUP BY or join over a table still being filled, whose
+# statements move every row the earlier migration holds; the chain neither
+# indexes nor narrows a GROUP BY's text aggregates (_short_col).  The
+# snapshot variant adds a
 # second session whose REPEATABLE READ or SERIALIZABLE snapshot, taken before
 # a later start(), reads that step's tables (a lazy-only 40001 permitted).
 # Counts: LEAPFROG_DIFF_CHAIN_COUNT, LEAPFROG_DIFF_CHAIN_BACKGROUND_COUNT,
