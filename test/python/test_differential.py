@@ -3024,9 +3024,9 @@ def test_expression_catalogue(diff_cluster):
 # targets of a GROUP BY or join over a table still being filled, whose
 # statements move every row the earlier migration holds; the chain neither
 # indexes nor narrows a GROUP BY's text aggregates (_short_col).  The
-# snapshot variant adds a
-# second session whose REPEATABLE READ or SERIALIZABLE snapshot, taken before
-# a later start(), reads that step's tables (a lazy-only 40001 permitted).
+# snapshot variant adds a second session whose REPEATABLE READ or
+# SERIALIZABLE snapshot, taken before a later start(), reads that step's
+# tables (a lazy-only 40001 permitted).
 # Counts: LEAPFROG_DIFF_CHAIN_COUNT, LEAPFROG_DIFF_CHAIN_BACKGROUND_COUNT,
 # LEAPFROG_DIFF_CHAIN_SNAPSHOT_COUNT (default an eighth of
 # LEAPFROG_DIFF_BACKGROUND_COUNT when that is set, as make soak does),
