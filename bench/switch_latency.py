@@ -4,13 +4,13 @@ point, or the rest of the window.
 
     .venv/bin/python bench/run.py --profile quick --migrations split --loads rate \\
         --strategies lazy,lazy_nobg --rounds 3 --install no --out DIR
-    python3 bench/switch_latency.py [--migrate-at 8] DIR/raw/rate/*
+    .venv/bin/python bench/switch_latency.py [--migrate-at 8] DIR/raw/rate/*
 
 Reads the per-transaction pgbench logs (-l) a run leaves in its raw
-directory (compressed or not).  A transaction's latency is its time plus
-its schedule lag (at a fixed rate, pgbench measures from the scheduled
-start, so a queue shows), and it is placed by its scheduled start,
-relative to the run's first one.  For each run: the window's p99 (from
+directory (compressed or not).  A transaction's latency is pgbench's
+logged time, which at a fixed rate runs from its scheduled start (a queue
+shows), and it is placed by that scheduled start, relative to the run's
+first one; failed transactions are left out.  For each run: the window's p99 (from
 the migration point), the first second after it (count, p50, p99, and
 how many took over 40 ms), the rest of the window's p99, and the p99 per
 transaction script in the rest.  The baseline run, which migrates
@@ -19,29 +19,26 @@ nothing, has the same split for comparison.  Not a test: figures.
 
 import argparse
 import glob
-import gzip
 import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from leapfrog_bench.workload import parse_logs  # noqa: E402
 
 SCRIPTS = ["new_order", "payment", "order_status", "delivery", "stock_level"]
 
 
 def load(rundir):
-    """[(scheduled start s, latency ms, script no)] of a run's pgbench logs."""
-    rows = []
-    for f in glob.glob(os.path.join(rundir, "pgbench_log.*")):
-        opener = gzip.open if f.endswith(".gz") else open
-        with opener(f, "rt") as fh:
-            for line in fh:
-                p = line.split()
-                # client, transaction, time us, script, epoch s, epoch us, lag us
-                end = int(p[4]) + int(p[5]) / 1e6
-                t_ms = int(p[2]) / 1000
-                lag_ms = int(p[6]) / 1000 if len(p) > 6 else 0.0
-                rows.append((end - (t_ms + lag_ms) / 1000, t_ms + lag_ms, int(p[3])))
-    if not rows:
-        return rows
-    t0 = min(r[0] for r in rows)
-    return [(s - t0, lat, sc) for s, lat, sc in rows]
+    """[(scheduled start s from the run's first, latency ms, script no)] of
+    a run's committed transactions.  At a fixed rate pgbench's logged time
+    runs from the scheduled start (it includes the schedule lag)."""
+    txs = [(end - lat / 1e6, lat / 1000, script)
+           for end, lat, script, _ in parse_logs(glob.glob(os.path.join(rundir, "pgbench_log.*")))
+           if lat is not None]
+    if not txs:
+        return txs
+    t0 = min(t[0] for t in txs)
+    return [(s - t0, lat, sc) for s, lat, sc in txs]
 
 
 def pct(xs, q):
