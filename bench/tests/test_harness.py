@@ -292,3 +292,17 @@ def test_cpu_by_kind_counts_each_process_once():
     assert got == {"clients": 1.0, "workers": 1.5, "autovacuum": 0.0, "other": 0.2,
                    "exited": 1.7}                  # 30: 0.3 after the first sample; 20: 1.4
     assert s.by_kind(11.5, 12.5) is None           # one sample: no interval
+
+
+def test_switch_latency_places_transactions_by_scheduled_start(tmp_path):
+    """pgbench's logged time at a fixed rate already runs from the
+    scheduled start: a transaction is placed at end - time, with latency
+    time (the lag column is part of it, not added); failed ones are left
+    out."""
+    import switch_latency
+    p = tmp_path / "pgbench_log.7"
+    p.write_text("0 1 1000 0 1700000000 500000 0 0\n"        # first: 0.499 s, 1 ms
+                 "1 1 250000 2 1700000009 0 200000 0\n"      # 8.75 s, 250 ms, lag included
+                 "2 1 failed 1 1700000010 0 0 1\n")
+    rows = switch_latency.load(str(tmp_path))
+    assert [(round(s, 3), lat, sc) for s, lat, sc in rows] == [(0.0, 1.0, 0), (8.251, 250.0, 2)]
