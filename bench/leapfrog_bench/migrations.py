@@ -160,13 +160,14 @@ def _override_fragments(text):
     return frags
 
 
-def app_code(name):
+def app_code(name, replace=True):
     """The new application code of a migration, deployed with it: the
     functions of tx_base.sql that hold a fragment its tx.sql replaces
     ("--@ name" ... "--@ end" there), with the fragments replaced and the
-    markers dropped."""
+    markers dropped.  replace=False: the same functions as they are (the
+    redeploy strategy's control: a code switch that changes nothing)."""
     overrides = _override_fragments(read_sql(name, "tx.sql"))
-    out, seen = list(overrides[None]), set()
+    out, seen = list(overrides[None]) if replace else [], set()
     for fn in re.split(r"(?m)^(?=CREATE OR REPLACE FUNCTION )", read_sql("tx_base.sql")):
         if not fn.startswith("CREATE"):
             continue
@@ -177,11 +178,12 @@ def app_code(name):
                 inside = m.group(1)
                 seen.add(inside)
                 if inside in overrides:
-                    lines += overrides[inside]
+                    if replace:
+                        lines += overrides[inside]
                     changed = True
             elif m:
                 inside = None
-            elif inside is None or inside not in overrides:
+            elif inside is None or inside not in overrides or not replace:
                 lines.append(line)
         if changed:
             out.append("".join(lines).rstrip() + "\n\n")
@@ -208,6 +210,10 @@ class Migration:
 
     def tx(self):
         return app_code(self.name)
+
+    def tx_unchanged(self):
+        """The functions tx() replaces, redeployed as they are."""
+        return app_code(self.name, replace=False)
 
     def statements(self):
         return _statements(self.script())

@@ -14,6 +14,7 @@ from .strategies import LAZY, STRATEGIES as ORDER  # noqa: E402
 
 STYLE = {
     "baseline": dict(color="#555555", ls="-", label="no migration"),
+    "redeploy": dict(color="#555555", ls="--", label="code redeployed, no migration"),
     "eager": dict(color="#d62728", ls="-", label="eager"),
     "multistep": dict(color="#1f77b4", ls="-", label="multi-step"),
     "lazy": dict(color="#2ca02c", ls="-", label="lazy (Leapfrog)"),

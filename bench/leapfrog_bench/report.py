@@ -116,7 +116,7 @@ def write_markdown(runner, path, figs):
                     for s in reps:
                         L.append(f"| {s} | " + " | ".join(_fmt(r.get(key))
                                                           for r in strats[s]["runs"]) + " |")
-                    for lz, other in _pairs(reps, ("eager", "multistep", "baseline")):
+                    for lz, other in _pairs(reps, ("eager", "multistep", "baseline", "redeploy")):
                         per = [_ratio(a.get(key), b.get(key)) for a, b in
                                zip(strats[lz]["runs"], strats[other]["runs"])]
                         L.append(f"| {lz}/{other} | " + " | ".join(_fmt(x) for x in per) + " |")
@@ -125,7 +125,7 @@ def write_markdown(runner, path, figs):
                      + "; n/a where a side did not run or has no value):\n")
             L.append("| ratio | " + " | ".join(r[1] for r in RATIOS) + " |")
             L.append("|---|" + "---|" * len(RATIOS))
-            for lz, other in _pairs(strats, ("eager", "multistep", "baseline")):
+            for lz, other in _pairs(strats, ("eager", "multistep", "baseline", "redeploy")):
                 a, b = strats[lz], strats[other]
                 L.append(f"| {lz}/{other} | " + " | ".join(
                     _fmt(_ratio(a.get(k), b.get(k))) for k, _ in RATIOS) + " |")

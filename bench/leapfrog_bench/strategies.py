@@ -15,8 +15,8 @@ from concurrent.futures import ThreadPoolExecutor
 import psycopg
 from psycopg import errors
 
-STRATEGIES = ["baseline", "eager", "multistep", "lazy", "lazy_nobg", "lazy_migrate",
-              "lazy_unpaced"]
+STRATEGIES = ["baseline", "redeploy", "eager", "multistep", "lazy", "lazy_nobg",
+              "lazy_migrate", "lazy_unpaced"]
 # The lazy strategies all run the Lazy driver; they differ in the server's
 # settings during the run (ALTER SYSTEM, reset after it) and in the settings
 # of the load's client sessions (pgbench's; given through PGOPTIONS, so
@@ -91,6 +91,19 @@ class Driver(threading.Thread):
 class Baseline(Driver):
     def apply(self):
         pass
+
+
+class Redeploy(Driver):
+    """A control, not a migration: at the migration point, the functions the
+    migration's new code replaces are deployed again unchanged, in one
+    transaction, so every session replans them as after a real switch.
+    What a code switch alone costs the load."""
+
+    def apply(self):
+        with psycopg.connect(self.conninfo, autocommit=False) as c:
+            c.execute(self.mig.tx_unchanged())
+            c.commit()
+        self.events["switch"] = time.time()
 
 
 class Eager(Driver):
@@ -322,7 +335,7 @@ class Lazy(Driver):
         self.notes.append("not complete at end of window")
 
 
-DRIVERS = {"baseline": Baseline, "eager": Eager, "multistep": Multistep,
+DRIVERS = {"baseline": Baseline, "redeploy": Redeploy, "eager": Eager, "multistep": Multistep,
            **{s: Lazy for s in LAZY}}
 
 

@@ -270,6 +270,13 @@ def test_app_code_replaces_fragments_of_the_base():
     join = "".join(ln for ln in app_code("join").splitlines(keepends=True)
                    if not ln.lstrip().startswith("--"))
     assert not re.search(r"\b(stock|order_line)\b", join.replace("orderline_stock", ""))
+    # the redeploy control: the same functions, unchanged
+    for name, functions in expected.items():
+        same = app_code(name, replace=False)
+        assert set(re.findall(r"CREATE OR REPLACE FUNCTION (\w+)", same)) == functions, name
+        assert "--@" not in same, name
+    same = app_code("split", replace=False)
+    assert re.search(r"\bFROM customer\b", same) and "customer_private" not in same
 
 
 def test_cpu_by_kind_counts_each_process_once():
