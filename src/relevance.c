@@ -1366,6 +1366,8 @@ lock_live_targets(List *targets)
  * Is the mapping sub-query a plain projection of one relation: no filter,
  * no security barrier, nothing volatile?  Substituting its output
  * expressions then flattens it exactly, as the planner's own pull-up does.
+ * (upstream_level has already turned away set operations, DISTINCT,
+ * LIMIT, window functions, SRFs, sub-links and CTEs.)
  */
 static bool
 projection_only(RangeTblEntry *sub)
@@ -1529,7 +1531,7 @@ implied_conjuncts(List *conj, int rti)
 				contain_volatile_functions(c) || checkExprHasSubLink(c) ||
 				has_outer_or_bad_refs(c, 0))
 				continue;
-			implied = swap_var_mutator(copyObject(c), &sv);
+			implied = swap_var_mutator(c, &sv);
 			if (!sv.other)
 				out = lappend(out, implied);
 		}
@@ -1602,7 +1604,7 @@ upstream_level(Query *q, Oid input, bool may_pull, bool *pulled)
 	Query	   *level;
 	int			rti = 0;
 	List	   *pushed = NIL;
-	List	   *conj;
+	List	   *conj = NIL;
 	ListCell   *lc;
 
 	foreach(lc, q->rtable)
@@ -1624,19 +1626,19 @@ upstream_level(Query *q, Oid input, bool may_pull, bool *pulled)
 	}
 	if (sub == NULL)
 		return NULL;
-	level = copyObject(sub->subquery);
+	level = sub->subquery;
 	if (level->setOperations || level->hasSubLinks || level->groupingSets ||
 		level->distinctClause || level->hasWindowFuncs || level->hasTargetSRFs ||
 		level->limitCount || level->limitOffset || level->cteList)
-		return level;
+		return copyObject(level);
 	if (may_pull && projection_only(sub) && joins_others(q, rti))
 	{
 		*pulled = true;
 		return pull_up_mapping(q, rti, sub);
 	}
-	conj = NIL;
+	level = copyObject(level);
+	/* (the pushed conditions are copies: ReplaceVarsFromTargetList, swap_var_mutator) */
 	row_conjuncts((Node *) q->jointree, &conj);
-	conj = copyObject(conj);
 	foreach(lc, list_concat(implied_conjuncts(conj, rti), conj))
 	{
 		Node	   *c = lfirst(lc);
