@@ -23,6 +23,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from leapfrog_bench.metrics import _pct  # noqa: E402
 from leapfrog_bench.workload import parse_logs  # noqa: E402
 
 SCRIPTS = ["new_order", "payment", "order_status", "delivery", "stock_level"]
@@ -42,8 +43,9 @@ def load(rundir):
 
 
 def pct(xs, q):
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else float("nan")
+    """The suite's percentile (metrics._pct), q a fraction; nan if empty."""
+    v = _pct(xs, q * 100)
+    return float("nan") if v is None else v
 
 
 def main():
