@@ -70,6 +70,9 @@ def main():
     ap.add_argument("--clients", type=int)
     ap.add_argument("--duration", type=int, help="seconds per run")
     ap.add_argument("--migrate-at", type=int, help="second of the run the migration starts")
+    ap.add_argument("--rate-fraction", type=float,
+                    help="the rate load's arrival rate, as a fraction of the saturated "
+                         "baseline's tps measured just before (profile default 0.65)")
     ap.add_argument("--install", default="auto", choices=["auto", "yes", "no"],
                     help="run `make install` for the extension first (auto: if src/*.c exist; "
                          "a failed build only makes the lazy strategies unavailable)")
@@ -107,7 +110,8 @@ def main():
                                                     if s != "baseline"])
                           for load in prof["loads"] for m in prof["migrations"]}
     for k, a in (("warehouses", args.warehouses), ("clients", args.clients),
-                 ("duration", args.duration), ("migrate_at", args.migrate_at)):
+                 ("duration", args.duration), ("migrate_at", args.migrate_at),
+                 ("rate_fraction", args.rate_fraction)):
         if a:
             prof[k] = a
     prof["settings"] = dict(args.set)

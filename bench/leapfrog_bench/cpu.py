@@ -16,6 +16,11 @@ CPU seconds each kind of process used in that interval:
 
 Why: at saturation every strategy gets the same CPU, and what lazy loses
 against eager is CPU spent elsewhere; this says where (bench/README.md).
+
+`host_busy(t_from, t_to)` is the whole machine's busy share of its CPU
+time in the interval (/proc/stat: everything but idle and iowait), pgbench
+and the samplers included: at a fixed rate it says how much headroom the
+load left, which is what a migration's extra work has to fit in.
 """
 import os
 import threading
@@ -31,6 +36,15 @@ def _stat(pid):
         fields = f.read().rsplit(")", 1)[1].split()
     return int(fields[1]), (int(fields[11]) + int(fields[12])) / CLK, \
         (int(fields[13]) + int(fields[14])) / CLK
+
+
+def _host():
+    """(busy, total) jiffies of the whole machine (/proc/stat's cpu line)."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    idle = v[3] + (v[4] if len(v) > 4 else 0)       # idle + iowait
+    total = sum(v[:8])                               # guest time is in user already
+    return total - idle, total
 
 
 def _kind(title):
@@ -52,6 +66,7 @@ class CpuSampler(threading.Thread):
         self.datadir = str(datadir)
         self.interval = interval
         self.samples = []          # (time, {pid: (kind, cpu_s)}, exited children's cpu_s)
+        self.host = []             # (time, busy jiffies, total jiffies)
         self._stop_ev = threading.Event()
 
     def _postmaster(self):
@@ -82,6 +97,7 @@ class CpuSampler(threading.Thread):
             try:
                 procs, reaped = self._sample()
                 self.samples.append((time.time(), procs, reaped))
+                self.host.append((time.time(), *_host()))
             except (OSError, ValueError):
                 pass           # the server restarting: no sample
             self._stop_ev.wait(self.interval)
@@ -106,3 +122,11 @@ class CpuSampler(threading.Thread):
         gone = sum(cpu for pid, (kind, cpu) in a.items() if pid not in b)
         out["exited"] = max(0.0, (rb - ra) - gone)
         return {k: round(v, 2) for k, v in out.items()}
+
+    def host_busy(self, t_from, t_to):
+        """The machine's busy fraction of its CPU between the samples
+        nearest t_from and t_to (inside the interval); None without two."""
+        inside = [h for h in self.host if t_from <= h[0] <= t_to]
+        if len(inside) < 2 or inside[-1][2] == inside[0][2]:
+            return None
+        return round((inside[-1][1] - inside[0][1]) / (inside[-1][2] - inside[0][2]), 3)

@@ -355,6 +355,9 @@ class Runner:
             "rate_tps": rate, "client_settings": client_settings(strat), "pgbench": pgs,
             "lock_waits": lock_waits(waits.samples, t_m, t_end), **extra,
             **{f"cpu_{k}_s": v for k, v in (cpu.by_kind(t_m, t_end) or {}).items()},
+            # the first second of the load is its warm-up (connections, caches)
+            "host_busy_before": cpu.host_busy(t_origin + 1, t_m),
+            "host_busy": cpu.host_busy(t_m, t_end),
             "events_s": {k: round(v - t_m, 3) for k, v in drv.events.items()},
             "notes": drv.notes,
         })
@@ -378,7 +381,8 @@ class Runner:
                  f"failed={res['failed']} retries={res['retries']}/"
                  f"{res.get('schema_retries')} lock_waits={res['lock_waits']} "
                  f"deadlocks={res.get('deadlocks')} cpu_s=" +
-                 "/".join(str(res.get(f"cpu_{k}_s")) for k in KINDS) + f" ({'/'.join(KINDS)})")
+                 "/".join(str(res.get(f"cpu_{k}_s")) for k in KINDS) + f" ({'/'.join(KINDS)}) "
+                 f"host_busy={res['host_busy_before']}/{res['host_busy']} (before/window)")
         if (res.get("longest_stall_s") or 0) >= 0.25:
             for line in res.get("stall_waits") or ["(no sample during the stall)"]:
                 self.log(f"      during the stall: {line}")

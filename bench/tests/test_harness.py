@@ -301,6 +301,17 @@ def test_cpu_by_kind_counts_each_process_once():
     assert s.by_kind(11.5, 12.5) is None           # one sample: no interval
 
 
+def test_cpu_host_busy_is_the_share_between_the_samples_inside():
+    from leapfrog_bench.cpu import CpuSampler, _host
+    busy, total = _host()
+    assert 0 <= busy <= total and total > 0
+    s = CpuSampler("/nonexistent")
+    s.host = [(9.0, 100, 1000), (10.0, 150, 1200), (11.0, 310, 1400), (12.0, 320, 1600)]
+    assert s.host_busy(9.5, 11.5) == 0.8           # (310 - 150) / (1400 - 1200)
+    assert s.host_busy(9.0, 12.0) == round(220 / 600, 3)
+    assert s.host_busy(11.5, 12.5) is None
+
+
 def test_switch_latency_places_transactions_by_scheduled_start(tmp_path):
     """pgbench's logged time at a fixed rate already runs from the
     scheduled start: a transaction is placed at end - time, with latency
