@@ -1482,13 +1482,80 @@ bare_var(Node *n)
 }
 
 /*
+ * Is c a comparison of column y with a value that does not read the row
+ * ("y < $1", "10 >= y", "y = ANY ('{1.0,2}')", or an AND of them), by an
+ * operator of a btree family whose equality eq is, under eq's collation?
+ * Then "x = y AND c" implies c with x for y, whatever the type: a btree
+ * family's operators are transitive across its members ("x = y and y < z"
+ * gives "x < z"; the rules of its opclasses, nbtree's README), so values
+ * equal but not identical (numeric 1.0 and 1.00, 'a' and 'A' under a
+ * case-insensitive collation) compare alike.
+ */
+static bool
+family_comparison(Node *c, Var *y, OpExpr *eq)
+{
+	Oid			opno;
+	Node	   *value;
+	Var		   *v;
+	List	   *interp;
+	ListCell   *lc;
+
+	if (is_andclause(c))		/* BETWEEN, as the parser leaves it */
+	{
+		foreach(lc, ((BoolExpr *) c)->args)
+			if (!family_comparison(lfirst(lc), y, eq))
+				return false;
+		return true;
+	}
+	if (IsA(c, OpExpr) && list_length(((OpExpr *) c)->args) == 2 &&
+		((OpExpr *) c)->inputcollid == eq->inputcollid)
+	{
+		OpExpr	   *op = (OpExpr *) c;
+
+		opno = op->opno;
+		if ((v = bare_var(linitial(op->args))) != NULL && v->varno == y->varno &&
+			v->varattno == y->varattno)
+			value = lsecond(op->args);
+		else if ((v = bare_var(lsecond(op->args))) != NULL && v->varno == y->varno &&
+				 v->varattno == y->varattno)
+			value = linitial(op->args);
+		else
+			return false;
+	}
+	else if (IsA(c, ScalarArrayOpExpr) && ((ScalarArrayOpExpr *) c)->useOr &&
+			 ((ScalarArrayOpExpr *) c)->inputcollid == eq->inputcollid &&
+			 (v = bare_var(linitial(((ScalarArrayOpExpr *) c)->args))) != NULL &&
+			 v->varno == y->varno && v->varattno == y->varattno)
+	{
+		opno = ((ScalarArrayOpExpr *) c)->opno;
+		value = lsecond(((ScalarArrayOpExpr *) c)->args);
+	}
+	else
+		return false;
+	if (contain_vars_of_level(value, 0))
+		return false;
+	interp = get_op_btree_interpretation(eq->opno);
+	foreach(lc, interp)
+	{
+		OpBtreeInterpretation *bi = lfirst(lc);
+
+		if (bi->strategy == BTEqualStrategyNumber &&
+			get_op_opfamily_strategy(opno, bi->opfamily_id) != 0)
+			return true;
+	}
+	return false;
+}
+
+/*
  * Conditions on occurrence rti that an item's conjuncts (row_conjuncts)
  * imply through an equality with another relation's column: from "rti.x = o.y AND
  * cond(o.y)", cond(rti.x).  Sound where equal means identical
- * (equal_means_identical): cond cannot tell x from y.  A join of two new
- * tables of a chain restricted by one side (UPDATE a ... FROM b WHERE
- * a.id = b.id AND b.id BETWEEN 1 AND 3) then restricts the other's
- * earlier migration too, instead of taking all its rows.
+ * (equal_means_identical): cond cannot tell x from y.  Where equal values
+ * may differ, only a comparison in the equality's btree family carries
+ * over (family_comparison).  A join of two new tables of a chain
+ * restricted by one side (UPDATE a ... FROM b WHERE a.id = b.id AND b.id
+ * BETWEEN 1 AND 3) then restricts the other's earlier migration too,
+ * instead of taking all its rows.
  */
 static List *
 implied_conjuncts(List *conj, int rti)
@@ -1503,6 +1570,7 @@ implied_conjuncts(List *conj, int rti)
 				   *r,
 				   *mine,
 				   *other;
+		bool		identical;
 		ListCell   *lc2;
 
 		if (!IsA(op, OpExpr) || list_length(op->args) != 2 ||
@@ -1516,9 +1584,10 @@ implied_conjuncts(List *conj, int rti)
 		else
 			continue;
 		if (mine->vartype != other->vartype || mine->varcollid != other->varcollid ||
-			exprType(linitial(op->args)) != exprType(lsecond(op->args)) ||
-			!equal_means_identical(op->opno, exprType(linitial(op->args)), op->inputcollid))
+			exprType(linitial(op->args)) != exprType(lsecond(op->args)))
 			continue;
+		identical = equal_means_identical(op->opno, exprType(linitial(op->args)),
+										  op->inputcollid);
 		foreach(lc2, conj)
 		{
 			Node	   *c = lfirst(lc2);
@@ -1529,7 +1598,8 @@ implied_conjuncts(List *conj, int rti)
 			if (c == (Node *) op || bms_membership(varnos) != BMS_SINGLETON ||
 				bms_singleton_member(varnos) != other->varno ||
 				contain_volatile_functions(c) || checkExprHasSubLink(c) ||
-				has_outer_or_bad_refs(c, 0))
+				has_outer_or_bad_refs(c, 0) ||
+				(!identical && !family_comparison(c, other, op)))
 				continue;
 			implied = swap_var_mutator(c, &sv);
 			if (!sv.other)
