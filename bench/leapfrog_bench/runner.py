@@ -27,7 +27,8 @@ TEMPLATE = "tpcc_tmpl"
 # Figures that are medians when a strategy runs several times (repeat).
 REPEATED_FIGURES = ("committed", "tps_window", "tps_window_vs_before", "switch_s", "complete_s",
                     "longest_stall_s", "p50_ms", "p99_ms", "failed", "retries", "lock_waits",
-                    "deadlocks", "min_tps_5s", "min_tps_5s_vs_rate") + \
+                    "deadlocks", "min_tps_5s", "min_tps_5s_vs_rate", "host_busy_before",
+                    "host_busy") + \
     tuple(f"cpu_{k}_s" for k in KINDS)
 RUNDB = "tpcc_run"
 
