@@ -514,6 +514,25 @@ def test_no_correction_under_a_later_unit(quiet):
         assert conn.execute("SELECT sum(n) FROM per_city").fetchone()[0] == 2999
 
 
+def _unordered(out):
+    """An outcome with its rows sorted: RETURNING gives them in no defined
+    order (the plan's), and the two databases' plans may differ."""
+    return (out[0], out[1], sorted(out[2])) if out[0] == "rows" else out
+
+
+def _same_outcomes(eager, lazy, stmts, unordered=False):
+    """Each statement's outcome in both databases, asserted equal (rows
+    compared as sets if unordered); the outcomes."""
+    got = []
+    for st in stmts:
+        a, b = _outcome(eager, st), _outcome(lazy, st)
+        if unordered:
+            a, b = _unordered(a), _unordered(b)
+        assert a == b, "%r: eager %r, lazy %r" % (st, a, b)
+        got.append(a)
+    return got
+
+
 def test_key_written_by_expression_migrates_only_what_it_can_meet(quiet):
     """An UPDATE or INSERT ... SELECT that writes a key computed from a row
     (id + 1) into the last table of a chain: the earlier migration's rows
@@ -553,11 +572,7 @@ def test_key_written_by_expression_migrates_only_what_it_can_meet(quiet):
     ]
     with c.connect(db + "_e") as eager, c.connect(db) as lazy:
         names = _run(eager, lazy, chain, "k")
-        got = []
-        for st in stmts:
-            a, b = _outcome(eager, st), _outcome(lazy, st)
-            assert a == b, "%r: eager %r, lazy %r" % (st, a, b)
-            got.append(a)
+        got = _same_outcomes(eager, lazy, stmts)
         assert got[1] == ("error", "23505") and got[4] == ("error", "23505")
         assert len(got[5][2]) == 3 and len(got[6][2]) == 2, got
         assert len(got[7][2]) == 3 and got[8][2][1] == ("110", "None"), got
@@ -567,12 +582,6 @@ def test_key_written_by_expression_migrates_only_what_it_can_meet(quiet):
         lazy.execute("SELECT leapfrog.complete(%s)", [names[-1]])
         assert_same_tables(user_tables_state(eager), user_tables_state(lazy), chain.name)
     assert retired_tables_after_completion(c, db) == []
-
-
-def _unordered(out):
-    """An outcome with its rows sorted: RETURNING gives them in no defined
-    order (the plan's), and the two databases' plans may differ."""
-    return (out[0], out[1], sorted(out[2])) if out[0] == "rows" else out
 
 
 def test_join_on_numeric_key_carries_comparisons_up_the_chain(quiet):
@@ -614,11 +623,7 @@ def test_join_on_numeric_key_carries_comparisons_up_the_chain(quiet):
     ]
     with c.connect(db + "_e") as eager, c.connect(db) as lazy:
         names = _run(eager, lazy, chain, "k")
-        got = []
-        for st in stmts:
-            a, b = _unordered(_outcome(eager, st)), _unordered(_outcome(lazy, st))
-            assert a == b, "%r: eager %r, lazy %r" % (st, a, b)
-            got.append(a)
+        got = _same_outcomes(eager, lazy, stmts, unordered=True)
         assert len(got[0][2]) == 3 and len(got[1][2]) == 2 and len(got[2][2]) == 3, got
         left = lazy.execute("SELECT leapfrog.remaining(%s)", [names[0]]).fetchone()[0]
         assert left >= 2950, left
