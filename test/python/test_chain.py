@@ -640,6 +640,51 @@ def test_join_on_numeric_key_carries_comparisons_up_the_chain(quiet):
     assert retired_tables_after_completion(c, db) == []
 
 
+def test_join_under_nondeterministic_collation_carries_comparisons_in_it(quiet):
+    """A join key of text under a case-insensitive collation: 'n500' equals
+    'N500' without being identical.  A comparison under that collation
+    carries over from one side to the other; one under another collation
+    does not (with it, a's 'n500', input row 500, would not be found where
+    b's 'N500' comes from input row 2501)."""
+    c = quiet
+    db = "ch_ci_key"
+    c.create_database(db + "_e")
+    c.create_database(db)
+    chain = Chain("ci_key", [
+        "CREATE COLLATION ci (provider = icu, locale = 'und-u-ks-level2', deterministic = false)",
+        "CREATE TABLE ccust (id int PRIMARY KEY, name text COLLATE ci NOT NULL, "
+        "nick text COLLATE ci NOT NULL)",
+        "INSERT INTO ccust SELECT g, 'n' || g, 'N' || (3001 - g) FROM generate_series(1, 3000) g",
+    ], [
+        ("""CREATE TABLE ccust_a (id int PRIMARY KEY, name text COLLATE ci NOT NULL);
+            CREATE TABLE ccust_b (id int PRIMARY KEY, nick text COLLATE ci NOT NULL);
+            INSERT INTO ccust_a SELECT id, name FROM ccust;
+            INSERT INTO ccust_b SELECT id, nick FROM ccust;
+            DROP TABLE ccust""", []),
+        ("""ALTER TABLE ccust_a ADD COLUMN vip boolean NOT NULL DEFAULT false;
+            ALTER TABLE ccust_b ADD COLUMN checked boolean NOT NULL DEFAULT false""", []),
+    ])
+    stmts = [
+        "UPDATE ccust_a a SET vip = true FROM ccust_b b "
+        "WHERE a.name = b.nick AND b.nick BETWEEN 'N2990' AND 'N2999' RETURNING a.name, b.nick",
+        "SELECT a.name, b.nick FROM ccust_a a JOIN ccust_b b ON a.name = b.nick "
+        "WHERE b.nick IN ('n2000', 'N2001') ORDER BY a.name FOR UPDATE",
+    ]
+    with c.connect(db + "_e") as eager, c.connect(db) as lazy:
+        names = _run(eager, lazy, chain, "k")
+        got = _same_outcomes(eager, lazy, stmts, unordered=True)
+        assert len(got[0][2]) == 10 and len(got[1][2]) == 2, got
+        left = lazy.execute("SELECT leapfrog.remaining(%s)", [names[0]]).fetchone()[0]
+        assert left >= 2950, left
+        st = ("UPDATE ccust_a a SET vip = true FROM ccust_b b "
+              "WHERE a.name = b.nick AND b.nick = 'N500' COLLATE \"C\" RETURNING a.id, b.id")
+        out = _same_outcomes(eager, lazy, [st])[0]
+        assert len(out[2]) == 1, out
+        lazy.execute("SELECT leapfrog.complete(%s)", [names[-1]])
+        assert_same_tables(user_tables_state(eager), user_tables_state(lazy), chain.name)
+    assert retired_tables_after_completion(c, db) == []
+
+
 def _chain_mid_way(c, db, chain):
     """The chain started in db (and eagerly in db_e), every migration still
     holding rows; the eager state."""
