@@ -533,6 +533,24 @@ def _same_outcomes(eager, lazy, stmts, unordered=False):
     return got
 
 
+def _halves_chain(name, setup, src, a_cols, a_select, b_cols, b_select):
+    """A chain that splits table src into {src}_a and {src}_b (their columns
+    and what each selects from src), then adds a column to each half (a
+    mapping that only projects it): statements on the halves then reach the
+    split's rows through the second migration."""
+    return Chain(name, setup, [
+        ("""CREATE TABLE {s}_a ({ac});
+            CREATE TABLE {s}_b ({bc});
+            INSERT INTO {s}_a SELECT {asel} FROM {s};
+            INSERT INTO {s}_b SELECT {bsel} FROM {s};
+            DROP TABLE {s}""".format(s=src, ac=a_cols, bc=b_cols, asel=a_select, bsel=b_select),
+         []),
+        ("""ALTER TABLE {s}_a ADD COLUMN vip boolean NOT NULL DEFAULT false;
+            ALTER TABLE {s}_b ADD COLUMN checked boolean NOT NULL DEFAULT false""".format(s=src),
+         []),
+    ])
+
+
 def test_key_written_by_expression_migrates_only_what_it_can_meet(quiet):
     """An UPDATE or INSERT ... SELECT that writes a key computed from a row
     (id + 1) into the last table of a chain: the earlier migration's rows
@@ -595,22 +613,15 @@ def test_join_on_numeric_key_carries_comparisons_up_the_chain(quiet):
     db = "ch_num_key"
     c.create_database(db + "_e")
     c.create_database(db)
-    chain = Chain("num_key", [
+    chain = _halves_chain("num_key", [
         # b's key comes from another column: b's 500.0, equal to a's 500,
         # is input row 700's
         "CREATE TABLE ncust (id numeric PRIMARY KEY, bid numeric UNIQUE, name text NOT NULL, "
         "phone text)",
         "INSERT INTO ncust SELECT g, CASE g WHEN 500 THEN 700 WHEN 700 THEN 500.0 ELSE g END, "
         "'n' || g, 'p' || g FROM generate_series(1, 3000) g",
-    ], [
-        ("""CREATE TABLE ncust_a (id numeric PRIMARY KEY, name text NOT NULL);
-            CREATE TABLE ncust_b (id numeric PRIMARY KEY, phone text);
-            INSERT INTO ncust_a SELECT id, name FROM ncust;
-            INSERT INTO ncust_b SELECT bid, phone FROM ncust;
-            DROP TABLE ncust""", []),
-        ("""ALTER TABLE ncust_a ADD COLUMN vip boolean NOT NULL DEFAULT false;
-            ALTER TABLE ncust_b ADD COLUMN checked boolean NOT NULL DEFAULT false""", []),
-    ])
+    ], "ncust", "id numeric PRIMARY KEY, name text NOT NULL", "id, name",
+        "id numeric PRIMARY KEY, phone text", "bid, phone")
     stmts = [
         "UPDATE ncust_a a SET name = 'j' || a.name FROM ncust_b b "
         "WHERE a.id = b.id AND b.id BETWEEN 81 AND 83.0 RETURNING a.id",
@@ -650,20 +661,13 @@ def test_join_under_nondeterministic_collation_carries_comparisons_in_it(quiet):
     db = "ch_ci_key"
     c.create_database(db + "_e")
     c.create_database(db)
-    chain = Chain("ci_key", [
+    chain = _halves_chain("ci_key", [
         "CREATE COLLATION ci (provider = icu, locale = 'und-u-ks-level2', deterministic = false)",
         "CREATE TABLE ccust (id int PRIMARY KEY, name text COLLATE ci NOT NULL, "
         "nick text COLLATE ci NOT NULL)",
         "INSERT INTO ccust SELECT g, 'n' || g, 'N' || (3001 - g) FROM generate_series(1, 3000) g",
-    ], [
-        ("""CREATE TABLE ccust_a (id int PRIMARY KEY, name text COLLATE ci NOT NULL);
-            CREATE TABLE ccust_b (id int PRIMARY KEY, nick text COLLATE ci NOT NULL);
-            INSERT INTO ccust_a SELECT id, name FROM ccust;
-            INSERT INTO ccust_b SELECT id, nick FROM ccust;
-            DROP TABLE ccust""", []),
-        ("""ALTER TABLE ccust_a ADD COLUMN vip boolean NOT NULL DEFAULT false;
-            ALTER TABLE ccust_b ADD COLUMN checked boolean NOT NULL DEFAULT false""", []),
-    ])
+    ], "ccust", "id int PRIMARY KEY, name text COLLATE ci NOT NULL", "id, name",
+        "id int PRIMARY KEY, nick text COLLATE ci NOT NULL", "id, nick")
     stmts = [
         "UPDATE ccust_a a SET vip = true FROM ccust_b b "
         "WHERE a.name = b.nick AND b.nick BETWEEN 'N2990' AND 'N2999' RETURNING a.name, b.nick",
