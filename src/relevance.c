@@ -1481,51 +1481,73 @@ bare_var(Node *n)
 		(Var *) n : NULL;
 }
 
+/* Is n column y (under a binary-compatible relabelling)? */
+static bool
+is_column(Node *n, Var *y)
+{
+	Var		   *v = bare_var(n);
+
+	return v != NULL && v->varno == y->varno && v->varattno == y->varattno;
+}
+
+/* The btree families in which equality operator opno is the equality */
+static List *
+equality_families(Oid opno)
+{
+	List	   *out = NIL;
+	ListCell   *lc;
+
+	foreach(lc, get_op_btree_interpretation(opno))
+	{
+		OpBtreeInterpretation *bi = lfirst(lc);
+
+		if (bi->strategy == BTEqualStrategyNumber)
+			out = lappend_oid(out, bi->opfamily_id);
+	}
+	return out;
+}
+
 /*
  * Is c a comparison of column y with a value that does not read the row
- * ("y < $1", "10 >= y", "y = ANY ('{1.0,2}')", or an AND of them), by an
- * operator of a btree family whose equality eq is, under eq's collation?
- * Then "x = y AND c" implies c with x for y, whatever the type: a btree
- * family's operators are transitive across its members ("x = y and y < z"
- * gives "x < z"; the rules of its opclasses, nbtree's README), so values
- * equal but not identical (numeric 1.0 and 1.00, 'a' and 'A' under a
- * case-insensitive collation) compare alike.
+ * ("y < $1", "10 >= y", "y = ANY ('{1.0,2}')", or an AND of them), under
+ * collation coll, by an operator of one of families, the btree families
+ * of an equality "x = y" under coll?  Then "x = y AND c" implies c with x
+ * for y, whatever the type: a btree family's operators are transitive
+ * across its members ("x = y and y < z" gives "x < z"; the rules of its
+ * opclasses, nbtree's README), so values equal but not identical (numeric
+ * 1.0 and 1.00, 'a' and 'A' under a case-insensitive collation) compare
+ * alike.
  */
 static bool
-family_comparison(Node *c, Var *y, OpExpr *eq)
+family_comparison(Node *c, Var *y, Oid coll, List *families)
 {
 	Oid			opno;
 	Node	   *value;
-	Var		   *v;
-	List	   *interp;
 	ListCell   *lc;
 
 	if (is_andclause(c))		/* BETWEEN, as the parser leaves it */
 	{
 		foreach(lc, ((BoolExpr *) c)->args)
-			if (!family_comparison(lfirst(lc), y, eq))
+			if (!family_comparison(lfirst(lc), y, coll, families))
 				return false;
 		return true;
 	}
 	if (IsA(c, OpExpr) && list_length(((OpExpr *) c)->args) == 2 &&
-		((OpExpr *) c)->inputcollid == eq->inputcollid)
+		((OpExpr *) c)->inputcollid == coll)
 	{
-		OpExpr	   *op = (OpExpr *) c;
+		List	   *args = ((OpExpr *) c)->args;
 
-		opno = op->opno;
-		if ((v = bare_var(linitial(op->args))) != NULL && v->varno == y->varno &&
-			v->varattno == y->varattno)
-			value = lsecond(op->args);
-		else if ((v = bare_var(lsecond(op->args))) != NULL && v->varno == y->varno &&
-				 v->varattno == y->varattno)
-			value = linitial(op->args);
+		opno = ((OpExpr *) c)->opno;
+		if (is_column(linitial(args), y))
+			value = lsecond(args);
+		else if (is_column(lsecond(args), y))
+			value = linitial(args);
 		else
 			return false;
 	}
 	else if (IsA(c, ScalarArrayOpExpr) && ((ScalarArrayOpExpr *) c)->useOr &&
-			 ((ScalarArrayOpExpr *) c)->inputcollid == eq->inputcollid &&
-			 (v = bare_var(linitial(((ScalarArrayOpExpr *) c)->args))) != NULL &&
-			 v->varno == y->varno && v->varattno == y->varattno)
+			 ((ScalarArrayOpExpr *) c)->inputcollid == coll &&
+			 is_column(linitial(((ScalarArrayOpExpr *) c)->args), y))
 	{
 		opno = ((ScalarArrayOpExpr *) c)->opno;
 		value = lsecond(((ScalarArrayOpExpr *) c)->args);
@@ -1534,15 +1556,9 @@ family_comparison(Node *c, Var *y, OpExpr *eq)
 		return false;
 	if (contain_vars_of_level(value, 0))
 		return false;
-	interp = get_op_btree_interpretation(eq->opno);
-	foreach(lc, interp)
-	{
-		OpBtreeInterpretation *bi = lfirst(lc);
-
-		if (bi->strategy == BTEqualStrategyNumber &&
-			get_op_opfamily_strategy(opno, bi->opfamily_id) != 0)
+	foreach(lc, families)
+		if (get_op_opfamily_strategy(opno, lfirst_oid(lc)) != 0)
 			return true;
-	}
 	return false;
 }
 
@@ -1571,6 +1587,7 @@ implied_conjuncts(List *conj, int rti)
 				   *mine,
 				   *other;
 		bool		identical;
+		List	   *families;	/* where equal may not mean identical */
 		ListCell   *lc2;
 
 		if (!IsA(op, OpExpr) || list_length(op->args) != 2 ||
@@ -1588,6 +1605,9 @@ implied_conjuncts(List *conj, int rti)
 			continue;
 		identical = equal_means_identical(op->opno, exprType(linitial(op->args)),
 										  op->inputcollid);
+		families = identical ? NIL : equality_families(op->opno);
+		if (!identical && families == NIL)
+			continue;			/* not a btree equality: implies nothing */
 		foreach(lc2, conj)
 		{
 			Node	   *c = lfirst(lc2);
@@ -1599,7 +1619,7 @@ implied_conjuncts(List *conj, int rti)
 				bms_singleton_member(varnos) != other->varno ||
 				contain_volatile_functions(c) || checkExprHasSubLink(c) ||
 				has_outer_or_bad_refs(c, 0) ||
-				(!identical && !family_comparison(c, other, op)))
+				(!identical && !family_comparison(c, other, op->inputcollid, families)))
 				continue;
 			implied = swap_var_mutator(c, &sv);
 			if (!sv.other)
