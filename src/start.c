@@ -18,6 +18,8 @@
  * nothing.  The whole switch runs in a subtransaction with a short
  * lock_timeout and is retried with backoff (lf_with_lock_retries): a switch
  * never makes application traffic queue behind a long-running transaction.
+ * The script's leading CREATE TABLE and CREATE INDEX of new tables run
+ * before it, once (run_prelude): the strong locks are held for the rest only.
  *-------------------------------------------------------------------------
  */
 #include "leapfrog.h"
@@ -101,6 +103,9 @@ typedef struct StartState
 	List	   *all_stmts;		/* RawStmt, as parsed */
 	List	   *stmts;			/* RawStmt, without a BEGIN ... COMMIT around */
 	Oid			lock_first;		/* the table busy in the last attempt */
+	int			prelude;		/* leading statements run before the attempts */
+	List	   *prelude_created;	/* the tables they created */
+	instr_time	locked_at;		/* when the attempt that succeeded had its locks */
 	/* filled by one attempt */
 	int			migration_id;
 	List	   *created;		/* OIDs of tables the script created */
@@ -1816,66 +1821,72 @@ first_done_keys(StartState *st, Oid relid)
 	return InvalidOid;
 }
 
-/* Run the script's statements in order: DDL, mappings, retirements. */
+/* Run one statement of the script. */
+static void
+run_one(StartState *st, RawStmt *rs)
+{
+	st->current = st->ran = stmt_number(st, rs);
+	switch (nodeTag(rs->stmt))
+	{
+		case T_CreateStmt:
+			{
+				CreateStmt *cs = (CreateStmt *) rs->stmt;
+
+				/* IF NOT EXISTS on a table already there creates nothing */
+				if (cs->if_not_exists && OidIsValid(table_to_create(cs->relation)))
+				{
+					run_stmt(st, rs);
+					break;
+				}
+				run_stmt(st, rs);
+				remember_oid(st, &st->created, RangeVarGetRelid(cs->relation, NoLock, false));
+				break;
+			}
+		case T_IndexStmt:
+			do_index(st, rs);
+			break;
+		case T_AlterTableStmt:
+			do_alter(st, rs);
+			break;
+		case T_RenameStmt:
+			do_rename(st, rs);
+			break;
+		case T_CommentStmt:
+			run_stmt(st, rs);	/* a catalog change */
+			break;
+
+		case T_InsertStmt:
+			add_mapping(st, rs);
+			break;
+		case T_UpdateStmt:
+		case T_DeleteStmt:
+			do_data_stmt(st, rs, pg_analyze_and_rewrite_fixedparams(copyObject(rs), st->script,
+																	 NULL, 0, NULL));
+			break;
+		case T_CreateTableAsStmt:
+			add_ctas(st, rs);
+			break;
+		case T_DropStmt:
+			do_drop(st, rs);
+			break;
+		default:
+			if (is_side_catalog_change(rs->stmt))
+				run_stmt(st, rs);
+			break;				/* the rest was refused before the attempt */
+	}
+}
+
+/*
+ * Run the script's statements in order, after the prelude: DDL, mappings,
+ * retirements.
+ */
 static void
 run_script(StartState *st)
 {
 	ListCell   *lc;
 
-	foreach(lc, st->stmts)
-	{
-		RawStmt    *rs = lfirst(lc);
-
-		st->current = st->ran = stmt_number(st, rs);
-		switch (nodeTag(rs->stmt))
-		{
-			case T_CreateStmt:
-				{
-					CreateStmt *cs = (CreateStmt *) rs->stmt;
-
-					/* IF NOT EXISTS on a table already there creates nothing */
-					if (cs->if_not_exists && OidIsValid(table_to_create(cs->relation)))
-					{
-						run_stmt(st, rs);
-						break;
-					}
-					run_stmt(st, rs);
-					remember_oid(st, &st->created, RangeVarGetRelid(cs->relation, NoLock, false));
-					break;
-				}
-			case T_IndexStmt:
-				do_index(st, rs);
-				break;
-			case T_AlterTableStmt:
-				do_alter(st, rs);
-				break;
-			case T_RenameStmt:
-				do_rename(st, rs);
-				break;
-			case T_CommentStmt:
-				run_stmt(st, rs);	/* a catalog change */
-				break;
-
-			case T_InsertStmt:
-				add_mapping(st, rs);
-				break;
-			case T_UpdateStmt:
-			case T_DeleteStmt:
-				do_data_stmt(st, rs, pg_analyze_and_rewrite_fixedparams(copyObject(rs), st->script,
-																		 NULL, 0, NULL));
-				break;
-			case T_CreateTableAsStmt:
-				add_ctas(st, rs);
-				break;
-			case T_DropStmt:
-				do_drop(st, rs);
-				break;
-			default:
-				if (is_side_catalog_change(rs->stmt))
-					run_stmt(st, rs);
-				break;			/* the rest was refused before the attempt */
-		}
-	}
+	for_each_from(lc, st->stmts, st->prelude)
+		run_one(st, lfirst(lc));
 	keep_live_inputs(st);
 	track_shared_retired(st);
 	st->current = 0;
@@ -1951,20 +1962,98 @@ record_migration(StartState *st)
 		lf_catalog_mark_started_done(st->migration_id);
 }
 
+/* Whether a list of constraints holds a foreign key. */
+static bool
+has_foreign_key(List *constraints)
+{
+	ListCell   *lc;
+
+	foreach(lc, constraints)
+		if (IsA(lfirst(lc), Constraint) &&
+			((Constraint *) lfirst(lc))->contype == CONSTR_FOREIGN)
+			return true;
+	return false;
+}
+
+/*
+ * Whether rs may run in the prelude: it creates a new table, or an index on
+ * one the prelude created, and locks no table that was there before.  LIKE,
+ * INHERITS, PARTITION OF and a foreign key lock the table they name; taking
+ * that lock before the dropped tables' would bring back the cycle with the
+ * application that lock_dropped_tables avoids.
+ */
+static bool
+in_prelude(StartState *st, RawStmt *rs)
+{
+	ListCell   *lc;
+
+	if (IsA(rs->stmt, IndexStmt))
+		return list_member_oid(st->created,
+							   RangeVarGetRelid(((IndexStmt *) rs->stmt)->relation, NoLock, true));
+	if (!IsA(rs->stmt, CreateStmt))
+		return false;
+	if (((CreateStmt *) rs->stmt)->inhRelations != NIL ||
+		((CreateStmt *) rs->stmt)->partbound != NULL ||
+		has_foreign_key(((CreateStmt *) rs->stmt)->constraints))
+		return false;
+	foreach(lc, ((CreateStmt *) rs->stmt)->tableElts)
+	{
+		Node	   *elt = lfirst(lc);
+
+		if (IsA(elt, TableLikeClause) ||
+			has_foreign_key(list_make1(elt)) ||
+			(IsA(elt, ColumnDef) && has_foreign_key(((ColumnDef *) elt)->constraints)))
+			return false;
+	}
+	return true;
+}
+
+/*
+ * The prelude: the script's leading statements that create its new tables
+ * and their indexes run once, before the attempts take the dropped tables'
+ * locks, in the caller's transaction (a retried attempt starts after them).
+ * The application then waits for the rest of the switch only: building the
+ * new tables is half of the split's.
+ */
+static void
+run_prelude(StartState *st)
+{
+	ListCell   *lc;
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	foreach(lc, st->stmts)
+	{
+		if (!in_prelude(st, lfirst(lc)))
+			break;
+		run_one(st, lfirst(lc));
+		st->prelude++;
+	}
+	st->prelude_created = st->created;
+	st->current = 0;
+	SPI_finish();
+}
+
 /* One attempt at the switch, in a subtransaction (lf_with_lock_retries). */
 static void
 switch_attempt(void *arg)
 {
 	StartState *st = arg;
+	MemoryContext old;
 
-	st->created = st->retired = st->retired_names = st->mappings = st->replacements = NIL;
+	st->retired = st->retired_names = st->mappings = st->replacements = NIL;
+	old = MemoryContextSwitchTo(st->cxt);
+	st->created = list_copy(st->prelude_created);
+	MemoryContextSwitchTo(old);
 	st->retired_keys = 0;
 	st->live = st->live_names = NIL;
 	st->notices = st->plan = NIL;
-	st->current = st->ran = 0;
+	st->current = 0;
+	st->ran = st->prelude;
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	lock_dropped_tables(st);
+	INSTR_TIME_SET_CURRENT(st->locked_at);
 	st->migration_id = lf_catalog_add_migration(st->name, GetUserId(), st->script,
 											   st->on_error);
 	lf_chaining = true;
@@ -2078,7 +2167,8 @@ leapfrog_start(PG_FUNCTION_ARGS)
 	StartState	st = {0};
 	ListCell   *lc;
 	instr_time	t0,
-				t1;
+				t1,
+				locked;
 
 	lf_require_preload();
 	if (!OidIsValid(lf_catalog_relid()))
@@ -2109,6 +2199,7 @@ leapfrog_start(PG_FUNCTION_ARGS)
 	strip_transaction_wrapper(&st);
 	check_statement_kinds(&st);
 
+	run_prelude(&st);
 	lf_with_lock_retries(switch_attempt, &st, "the migration switch");
 	foreach(lc, st.notices)
 		ereport(NOTICE,
@@ -2119,11 +2210,13 @@ leapfrog_start(PG_FUNCTION_ARGS)
 	if (st.mappings != NIL)
 		lf_wake_worker_at_commit();
 	INSTR_TIME_SET_CURRENT(t1);
+	locked = t1;
 	INSTR_TIME_SUBTRACT(t1, t0);
+	INSTR_TIME_SUBTRACT(locked, st.locked_at);
 	ereport(LOG,
-			(errmsg("leapfrog: migration \"%s\" started: %d mapping(s) from %d retired table(s), switch took %.3f ms",
+			(errmsg("leapfrog: migration \"%s\" started: %d mapping(s) from %d retired table(s), switch took %.3f ms, the last %.3f ms holding the dropped tables' locks",
 					st.name, list_length(st.mappings), list_length(st.retired),
-					INSTR_TIME_GET_MILLISEC(t1))));
+					INSTR_TIME_GET_MILLISEC(t1), INSTR_TIME_GET_MILLISEC(locked))));
 	PG_RETURN_VOID();
 }
 
@@ -2227,6 +2320,7 @@ leapfrog_plan(PG_FUNCTION_ARGS)
 		st.all_stmts = list_copy(st.stmts);
 		strip_transaction_wrapper(&st);
 		check_statement_kinds(&st);
+		run_prelude(&st);
 		lf_with_lock_retries(switch_attempt, &st, "the migration switch");
 	}
 	PG_CATCH();

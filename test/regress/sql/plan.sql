@@ -84,7 +84,8 @@ ROLLBACK;
 SELECT to_regclass('pl.y') IS NULL AS no_y, to_regclass('pl.cust') IS NOT NULL AS cust_kept;
 
 -- The caller's privileges apply: a role that does not own the input is
--- refused as start() would refuse it.
+-- refused as start() would refuse it, when it takes the input's lock (the
+-- leading CREATE TABLE has run by then: it runs before the locks).
 CREATE ROLE pl_other;
 GRANT USAGE, CREATE ON SCHEMA pl TO pl_other;
 GRANT SELECT ON pl.cust TO pl_other;
