@@ -31,6 +31,7 @@ from leapfrog_cluster import Cluster  # noqa: E402
 from leapfrog_bench import tpcc  # noqa: E402
 from leapfrog_bench.migrations import MIGRATIONS  # noqa: E402
 from leapfrog_bench.settings import default_settings  # noqa: E402
+from start_time import copy_db, drop_db  # noqa: E402
 
 TX = ["tpcc_new_order", "tpcc_payment", "tpcc_order_status", "tpcc_delivery",
       "tpcc_stock_level"]
@@ -40,9 +41,7 @@ WARM, AFTER, CONNS = 3, 4, 8
 
 def one_round(cl, mig, strategy, w):
     """[ms of each pass], switch ms (None for none)."""
-    with psycopg.connect(cl.conninfo(), autocommit=True) as c:
-        c.execute("DROP DATABASE IF EXISTS ft")
-        c.execute("CREATE DATABASE ft TEMPLATE tpcc STRATEGY FILE_COPY")
+    copy_db(cl, "ft")
     conns = [psycopg.connect(cl.conninfo("ft"), autocommit=True) for _ in range(CONNS)]
     passes, switch = [], None
     try:
@@ -70,8 +69,7 @@ def one_round(cl, mig, strategy, w):
     finally:
         for c in conns:
             c.close()
-        with psycopg.connect(cl.conninfo(), autocommit=True) as c:
-            c.execute("DROP DATABASE ft WITH (FORCE)")
+        drop_db(cl, "ft")
     return passes, switch
 
 
