@@ -1962,6 +1962,12 @@ record_migration(StartState *st)
 		lf_catalog_mark_started_done(st->migration_id);
 }
 
+static bool
+is_foreign_key(Node *n)
+{
+	return IsA(n, Constraint) && ((Constraint *) n)->contype == CONSTR_FOREIGN;
+}
+
 /* Whether a list of constraints holds a foreign key. */
 static bool
 has_foreign_key(List *constraints)
@@ -1969,8 +1975,7 @@ has_foreign_key(List *constraints)
 	ListCell   *lc;
 
 	foreach(lc, constraints)
-		if (IsA(lfirst(lc), Constraint) &&
-			((Constraint *) lfirst(lc))->contype == CONSTR_FOREIGN)
+		if (is_foreign_key(lfirst(lc)))
 			return true;
 	return false;
 }
@@ -1985,23 +1990,20 @@ has_foreign_key(List *constraints)
 static bool
 in_prelude(StartState *st, RawStmt *rs)
 {
+	CreateStmt *cs = (CreateStmt *) rs->stmt;
 	ListCell   *lc;
 
 	if (IsA(rs->stmt, IndexStmt))
 		return list_member_oid(st->created,
 							   RangeVarGetRelid(((IndexStmt *) rs->stmt)->relation, NoLock, true));
-	if (!IsA(rs->stmt, CreateStmt))
+	if (!IsA(cs, CreateStmt) || cs->inhRelations != NIL || cs->partbound != NULL ||
+		has_foreign_key(cs->constraints))
 		return false;
-	if (((CreateStmt *) rs->stmt)->inhRelations != NIL ||
-		((CreateStmt *) rs->stmt)->partbound != NULL ||
-		has_foreign_key(((CreateStmt *) rs->stmt)->constraints))
-		return false;
-	foreach(lc, ((CreateStmt *) rs->stmt)->tableElts)
+	foreach(lc, cs->tableElts)
 	{
 		Node	   *elt = lfirst(lc);
 
-		if (IsA(elt, TableLikeClause) ||
-			has_foreign_key(list_make1(elt)) ||
+		if (IsA(elt, TableLikeClause) || is_foreign_key(elt) ||
 			(IsA(elt, ColumnDef) && has_foreign_key(((ColumnDef *) elt)->constraints)))
 			return false;
 	}
@@ -2020,8 +2022,6 @@ run_prelude(StartState *st)
 {
 	ListCell   *lc;
 
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
 	foreach(lc, st->stmts)
 	{
 		if (!in_prelude(st, lfirst(lc)))
@@ -2031,7 +2031,6 @@ run_prelude(StartState *st)
 	}
 	st->prelude_created = st->created;
 	st->current = 0;
-	SPI_finish();
 }
 
 /* One attempt at the switch, in a subtransaction (lf_with_lock_retries). */
@@ -2069,6 +2068,14 @@ switch_attempt(void *arg)
 	check_inputs_retired(st);
 	record_migration(st);
 	SPI_finish();
+}
+
+/* The switch: the prelude, then attempts until one has the locks. */
+static void
+run_switch(StartState *st)
+{
+	run_prelude(st);
+	lf_with_lock_retries(switch_attempt, st, "the migration switch");
 }
 
 static bool
@@ -2199,8 +2206,7 @@ leapfrog_start(PG_FUNCTION_ARGS)
 	strip_transaction_wrapper(&st);
 	check_statement_kinds(&st);
 
-	run_prelude(&st);
-	lf_with_lock_retries(switch_attempt, &st, "the migration switch");
+	run_switch(&st);
 	foreach(lc, st.notices)
 		ereport(NOTICE,
 				(errmsg("table \"%s\" is replaced lazily", (char *) linitial(lfirst(lc))),
@@ -2320,8 +2326,7 @@ leapfrog_plan(PG_FUNCTION_ARGS)
 		st.all_stmts = list_copy(st.stmts);
 		strip_transaction_wrapper(&st);
 		check_statement_kinds(&st);
-		run_prelude(&st);
-		lf_with_lock_retries(switch_attempt, &st, "the migration switch");
+		run_switch(&st);
 	}
 	PG_CATCH();
 	{
