@@ -19,14 +19,12 @@ mid-migration (after a worker is killed) and at the end:
   the trigger and both tables of done keys are gone.
 """
 
-import os
-import signal
 import time
 
 import psycopg
 import pytest
 
-from support import MOCK, ClientThreads, needs_real_extension, wait_until
+from support import MOCK, ClientThreads, kill_workers, needs_real_extension, wait_until
 
 N_ORDERS = 20000
 N_CUST = 3000
@@ -143,13 +141,8 @@ def test_two_group_mappings_of_one_live_table(make_cluster):
         assert all(n > 0 for n in done), "a mapping migrated nothing: %r" % done
         before = left(c)
         assert before > 0, "migrated before the worker's kill: nothing to test"
-        pids = c.sql("SELECT pid FROM pg_stat_activity WHERE backend_type = 'leapfrog worker'",
-                     dbname="app")
-        assert pids, "no worker running"
-        # the postmaster restarts every backend after a SIGKILL
-        for (pid,) in pids:
-            os.kill(pid, signal.SIGKILL)
-        print("%d worker(s) killed with %d of %d rows left" % (len(pids), before, start_left))
+        killed = kill_workers(c, "app")
+        print("%d worker(s) killed with %d of %d rows left" % (killed, before, start_left))
         time.sleep(1)
         assert clients.wait_committed(100, 120), clients.errors_seen[:5]
         check_eager(c)
