@@ -101,9 +101,9 @@ def give_away(path):
         os.chown(path, *_server_user())
 
 
-def run_as_server(argv, timeout=120, check=True, cwd=None, extra_env=None):
+def run_as_server(argv, timeout=120, check=True, cwd=None, extra_env=None, stdin_path=None):
     """Run a server program, as the postgres OS user when we are root, with
-    extra_env added to its environment."""
+    extra_env added to its environment (and stdin_path as its input)."""
     kw = {}
     env = dict(os.environ)
     env.pop("PGDATA", None)
@@ -112,8 +112,9 @@ def run_as_server(argv, timeout=120, check=True, cwd=None, extra_env=None):
         uid, gid = _server_user()
         kw = {"user": uid, "group": gid, "extra_groups": []}
         env.update(HOME=cwd or "/tmp", USER=RUN_USER, LOGNAME=RUN_USER)
-    res = subprocess.run([str(a) for a in argv], capture_output=True, text=True,
-                         timeout=timeout, env=env, cwd=cwd or "/tmp", **kw)
+    with open(stdin_path or os.devnull) as stdin:
+        res = subprocess.run([str(a) for a in argv], capture_output=True, text=True, stdin=stdin,
+                             timeout=timeout, env=env, cwd=cwd or "/tmp", **kw)
     if check and res.returncode != 0:
         raise RuntimeError("command failed (%d): %s\nstdout:\n%s\nstderr:\n%s"
                            % (res.returncode, " ".join(map(str, argv)), res.stdout, res.stderr))
