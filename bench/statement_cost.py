@@ -6,8 +6,8 @@ The machine's speed drifts by tens of percent between runs (bench/README.md),
 so the CPU time of two runs cannot tell a few percent of statement cost
 apart.  Instruction counts can.  On a throwaway cluster this loads TPC-C at
 W=1, copies the database for each strategy and run, stops the server, and
-runs the five TPC-C transactions in a single-user backend under valgrind's
-callgrind, after the switch of each strategy, in one transaction:
+runs TPC-C transactions in the bench's mix in a single-user backend under
+valgrind's callgrind, after the switch of each strategy, in one transaction:
 
   none   the old schema and application code;
   eager  the migration's script, an ANALYZE of the tables it created (what
@@ -15,24 +15,27 @@ callgrind, after the switch of each strategy, in one transaction:
   lazy   leapfrog.start() with the script and the new code, no background
          worker: every row a statement needs is migrated or computed by it.
 
-Each strategy runs twice, with N passes of the five transactions and with
-3N, and the figure is (I(3N) - I(N)) / (2N x 5): start-up, the switch and
+Each strategy runs twice, with N passes of 25 transactions (11 NewOrder, 11
+Payment, one each of the others) and with 3N, and the figure is
+(I(3N) - I(N)) / (2N x 25): start-up, the switch and
 the first pass's one-time costs (catalog caches, PL/pgSQL compiling the new
 code, plans) cancel.  random() is seeded, so both runs draw the same
 transactions; at W=1 the split's and the aggregate's new tables have at most
 30000 rows, which ANALYZE reads whole (no random sample), so the counts
 repeat to within a few hundred instructions per transaction.  Lazy's figure
-is the average over passes N to 3N, as the share of customers already
-migrated grows (at W=1, 180 passes touch about 1000 of the 30000).
+is the average over passes N to 3N, as the share of rows already migrated
+grows (at W=1, 36 passes touch about 1000 of the 30000 customers).
 
-    .venv/bin/python bench/statement_cost.py [--migration split] [--passes 60] [--functions 30]
+    .venv/bin/python bench/statement_cost.py [--migration split] [--passes 12] [--functions 30]
 
+--keep DIR keeps the callgrind files (callgrind_annotate reads them).
 --functions K lists the K functions whose own instructions per transaction
 differ most between eager and lazy (callgrind_annotate; PostgreSQL's static
 functions show as addresses).  Needs valgrind (apt-get install valgrind).
 """
 import argparse
 import os
+import random
 import re
 import shutil
 import subprocess
@@ -49,8 +52,10 @@ from leapfrog_bench import tpcc  # noqa: E402
 from leapfrog_bench.migrations import MIGRATIONS  # noqa: E402
 from leapfrog_bench.settings import default_settings  # noqa: E402
 
-TX = ["tpcc_new_order", "tpcc_payment", "tpcc_order_status", "tpcc_delivery",
-      "tpcc_stock_level"]
+# A pass is the bench's TPC-C mix (tpcc.MIX, 45/43/4/4/4) in 25 transactions,
+# 11/11/1/1/1, in an order fixed once
+PASS = [fn for _, weight, fn in tpcc.MIX for _ in range(round(weight / 4))]
+random.Random(1).shuffle(PASS)
 STRATEGIES = ["none", "eager", "lazy"]
 W = 1
 
@@ -84,7 +89,7 @@ def session(mig, strategy, passes):
         out.append(statement("DO $lfd$ BEGIN EXECUTE $lfs$%s$lfs$; END $lfd$" % mig.tx()))
     out.append(statement("COMMIT"))
     for _ in range(passes):
-        for f in TX:
+        for f in PASS:
             out.append(statement(f"SELECT {f}(1, {W})"))
     return "".join(out)
 
@@ -131,9 +136,10 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--migration", default="split", choices=sorted(MIGRATIONS))
-    ap.add_argument("--passes", type=int, default=60, help="N (the second run has 3N)")
+    ap.add_argument("--passes", type=int, default=12, help="N (the second run has 3N)")
     ap.add_argument("--functions", type=int, default=0)
     ap.add_argument("--strategies", default=",".join(STRATEGIES))
+    ap.add_argument("--keep", metavar="DIR", help="copy the callgrind files into DIR")
     args = ap.parse_args()
     if not shutil.which("valgrind"):
         sys.exit("statement_cost: needs valgrind (apt-get install valgrind)")
@@ -157,10 +163,10 @@ def main():
             total[s, n], files[s, n] = run_single(cl, f"cost_{s}_{n}", session(mig, s, n),
                                                   work, f"{s}_{n}")
             print(f"{s:6s} {n:4d} passes: {total[s, n]:,} instructions", flush=True)
-        ntx = 2 * args.passes * len(TX)
+        ntx = 2 * args.passes * len(PASS)
         per = {s: (total[s, 3 * args.passes] - total[s, args.passes]) / ntx for s in strategies}
-        print(f"\n{args.migration}, W={W}, {args.passes} and {3 * args.passes} passes of the "
-              f"{len(TX)} transactions: instructions per transaction")
+        print(f"\n{args.migration}, W={W}, {args.passes} and {3 * args.passes} passes of "
+              f"{len(PASS)} transactions in the TPC-C mix: instructions per transaction")
         for s in strategies:
             ratios = ", ".join(f"{s}/{o} {per[s] / per[o]:.3f}" for o in strategies
                                if o != s and strategies.index(o) < strategies.index(s))
@@ -176,6 +182,10 @@ def main():
             for fn in diff[:args.functions]:
                 print(f"  {one('eager', fn):10,.0f} {one('lazy', fn):10,.0f} "
                       f"{one('lazy', fn) - one('eager', fn):+10,.0f}  {fn}")
+        if args.keep:
+            os.makedirs(args.keep, exist_ok=True)
+            for f in files.values():
+                shutil.copy(f, args.keep)
     finally:
         cl.destroy()
         shutil.rmtree(work, ignore_errors=True)
