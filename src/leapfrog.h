@@ -311,6 +311,7 @@ typedef enum LfLiveClaim
 extern bool lf_tracks_keys(LfMapping *m, Oid input);
 extern LfMapping *lf_keys_carrier(LfMigration *mig, LfMapping *m);
 extern const char *lf_live_unsupported(LfMapping *m);
+extern bool lf_column_not_null(Oid relid, AttrNumber att);
 extern Oid	lf_live_track(LfMapping *m, int migration_id, int nth, Oid *trigger);
 extern Oid	lf_live_trigger_table(Oid keys);
 extern Query *lf_live_unmigrated_query(LfMapping *m);

@@ -154,8 +154,8 @@ lf_keys_carrier(LfMigration *mig, LfMapping *m)
  */
 
 /* Is column att of relid NOT NULL? */
-static bool
-column_not_null(Oid relid, AttrNumber att)
+bool
+lf_column_not_null(Oid relid, AttrNumber att)
 {
 	HeapTuple	tup = SearchSysCache2(ATTNUM, ObjectIdGetDatum(relid), Int16GetDatum(att));
 	bool		notnull;
@@ -239,7 +239,7 @@ nullable_key_columns(LfMapping *m, int i)
 	uint32		mask = 0;
 
 	for (int k = 0; k < m->nkeys; k++)
-		if (!column_not_null(m->inputs[i], m->keys[i][k]))
+		if (!lf_column_not_null(m->inputs[i], m->keys[i][k]))
 			mask |= 1u << k;
 	Assert(pg_popcount32(mask) <= LF_MAX_NULLABLE_KEYS);
 	return mask;
@@ -250,7 +250,7 @@ static bool
 key_may_be_null(LfMapping *m, int k)
 {
 	for (int i = 0; i < m->ninputs; i++)
-		if (!column_not_null(m->inputs[i], m->keys[i][k]))
+		if (!lf_column_not_null(m->inputs[i], m->keys[i][k]))
 			return true;
 	return false;
 }

@@ -12,6 +12,7 @@ import random
 import string
 import threading
 import time
+import zlib
 
 import psycopg
 
@@ -105,7 +106,10 @@ INSERT INTO new_order SELECT o, d, {w} FROM generate_series(1, 10) d, generate_s
     return tasks
 
 
-def _parallel(conninfo, tasks, workers, log, what):
+def _parallel(conninfo, tasks, workers, log, what, seed=None):
+    """Run the tasks on `workers` connections; with a seed, each task first
+    seeds random() from it and its name, so the data does not depend on
+    which connection runs it."""
     q = queue.Queue()
     for t in tasks:
         q.put(t)
@@ -119,6 +123,9 @@ def _parallel(conninfo, tasks, workers, log, what):
                         name, stmts = q.get_nowait()
                     except queue.Empty:
                         return
+                    if seed is not None:
+                        c.execute("SELECT setseed(%s)",
+                                  (zlib.crc32(f"{seed}:{name}".encode()) / 2**32,))
                     for s in stmts:
                         c.execute(s)
         except Exception as e:  # noqa: BLE001
@@ -135,9 +142,10 @@ def _parallel(conninfo, tasks, workers, log, what):
     log(f"  {what}: {time.time() - t0:.1f}s")
 
 
-def create_template(cluster, dbname, W, workers=2, leapfrog=False, log=print):
+def create_template(cluster, dbname, W, workers=2, leapfrog=False, log=print, seed=None):
     """Create database `dbname` holding a loaded TPC-C of W warehouses with the
-    original-schema transactions; returns load statistics."""
+    original-schema transactions; returns load statistics.  With a seed, the
+    same rows every time (each load task seeds random())."""
     t0 = time.time()
     with psycopg.connect(cluster.conninfo(), autocommit=True) as c:
         c.execute(f"DROP DATABASE IF EXISTS {dbname}")
@@ -147,7 +155,7 @@ def create_template(cluster, dbname, W, workers=2, leapfrog=False, log=print):
         c.execute(read_sql("schema.sql"))
         c.execute(load_helpers_sql())
     log(f"loading TPC-C W={W} into {dbname} ({workers} connections)")
-    _parallel(ci, load_tasks(W), workers, log, "load")
+    _parallel(ci, load_tasks(W), workers, log, "load", seed=seed)
     idx = [(s, [s]) for s in read_sql("indexes.sql").split(";\n") if s.strip()]
     # biggest first
     order = ["order_line", "stock", "customer", "orders", "history", "new_order"]

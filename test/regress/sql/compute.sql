@@ -161,6 +161,8 @@ SELECT leapfrog.start('cp_bad', $$
   DROP TABLE cp_lazy.bad;
 $$);
 BEGIN READ ONLY;
+-- checks of w (nullable in bad) and of v's CHECK; none of id, bad's NOT NULL key
+SELECT public.regress_explain('SELECT * FROM cp_lazy.bad2 WHERE id = 5');
 SELECT * FROM cp_lazy.bad2 WHERE id = 5;
 SELECT public.regress_error('SELECT * FROM cp_lazy.bad2 WHERE id = 10');
 SELECT public.regress_error('SELECT * FROM cp_lazy.bad2 WHERE id = 15');
