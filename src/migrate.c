@@ -465,8 +465,19 @@ typedef struct StepPlan
 	List	   *inserts;		/* PlannedStmt per mapping, in TopMemoryContext */
 	List	   *unfiltered;		/* per mapping: the $n whose rows it copies one
 								 * for one (a mapping without a filter), or 0 */
+	PlannedStmt *few_rows;		/* a join mapping's, joined by nested loop */
 	bool		ready;
 } StepPlan;
+
+/*
+ * A join step of at most this many pairs of claimed rows (rows of input 0
+ * times rows of input 1) uses few_rows.  The plan for any count is generic
+ * in the ctid arrays, and the planner's guess of ten rows each gives a hash
+ * join: a statement's one join key (a stock row and its three order lines)
+ * paid for a hash table and its scan for unmatched rows.  A nested loop
+ * reads at most this many row pairs.
+ */
+#define LF_FEW_PAIRS 1024
 
 /*
  * The step of a group or join mapping: INSERT INTO target SELECT <mapping>
@@ -540,6 +551,7 @@ build_step_plan(LfMigration *mig, Oid input, LfMapping *um)
 	ListCell   *lc;
 	List	   *inserts = NIL;
 	List	   *unfiltered = NIL;
+	PlannedStmt *few_rows = NULL;
 	MemoryContext old;
 
 	sp = plan_cache_entry(&step_plans, "leapfrog migration steps", sizeof(StepKey),
@@ -622,7 +634,17 @@ build_step_plan(LfMigration *mig, Oid input, LfMapping *um)
 		if (um->kind == LF_MAP_GROUPS)
 			(void) set_config_option("enable_sort", "off", PGC_USERSET, PGC_S_SESSION,
 									 GUC_ACTION_SAVE, true, 0, false);
-		ps = plan_in_top_context(ins, "leapfrog migrate");
+		/* (the planner scribbles on its Query) */
+		ps = plan_in_top_context(um->kind == LF_MAP_JOIN ? copyObject(ins) : ins,
+								 "leapfrog migrate");
+		if (um->kind == LF_MAP_JOIN)
+		{
+			(void) set_config_option("enable_hashjoin", "off", PGC_USERSET, PGC_S_SESSION,
+									 GUC_ACTION_SAVE, true, 0, false);
+			(void) set_config_option("enable_mergejoin", "off", PGC_USERSET, PGC_S_SESSION,
+									 GUC_ACTION_SAVE, true, 0, false);
+			few_rows = plan_in_top_context(ins, "leapfrog migrate");
+		}
 		AtEOXact_GUC(true, nestlevel);
 		old = MemoryContextSwitchTo(TopMemoryContext);
 		inserts = lappend(inserts, ps);
@@ -632,6 +654,7 @@ build_step_plan(LfMigration *mig, Oid input, LfMapping *um)
 
 	sp->inserts = inserts;
 	sp->unfiltered = unfiltered;
+	sp->few_rows = few_rows;
 	sp->ready = true;			/* last: an error above leaves it to be rebuilt */
 	return sp;
 }
@@ -785,10 +808,15 @@ copy_claimed(LfMigration *mig, StepPlan *sp, Snapshot snap, ParamListInfo params
 
 	forboth(lc, sp->inserts, lu, sp->unfiltered)
 	{
+		PlannedStmt *ps = lfirst(lc);
 		uint64		copied;
 
+		/* the join mapping's plan is the last one */
+		if (sp->few_rows && lnext(sp->inserts, lc) == NULL && params->numParams == 2 &&
+			(int64) counts[0] * counts[1] <= LF_FEW_PAIRS)
+			ps = sp->few_rows;
 		CommandCounterIncrement();
-		copied = run_plan(lfirst(lc), "leapfrog migrate", snap, params, None_Receiver);
+		copied = run_plan(ps, "leapfrog migrate", snap, params, None_Receiver);
 
 		/* a mapping without a filter copies every claimed row, or none is lost */
 		if (lfirst_int(lu) && copied != (uint64) counts[lfirst_int(lu) - 1])
