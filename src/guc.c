@@ -76,8 +76,9 @@ lf_define_gucs(void)
 							 &lf_background_headroom, 0.25, 0.0, 10.0,
 							 PGC_SIGHUP, 0, NULL, NULL, NULL);
 	DefineCustomRealVariable("leapfrog.background_min_share",
-							 "Fraction of a core each background worker takes at least, whatever the load.",
-							 "The floor on the migration's progress at saturation.  1 turns pacing off.",
+							 "Fraction of a core the background workers take at least together, whatever the load.",
+							 "The floor on the migrations' progress at saturation, shared evenly by the "
+							 "running workers.  1 turns pacing off.",
 							 &lf_background_min_share, 0.1, 0.01, 1.0,
 							 PGC_SIGHUP, 0, NULL, NULL, NULL);
 	DefineCustomIntVariable("leapfrog.background_workers",

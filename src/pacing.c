@@ -19,8 +19,9 @@
  *
  *		B = ncpu - U * (1 + leapfrog.background_headroom)
  *
- * cores, shared evenly among the running workers, each at least
- * leapfrog.background_min_share of a core and at most a whole one.  After
+ * cores, shared evenly among the running workers, each at most a whole
+ * core and at least its part of the floor: leapfrog.background_min_share
+ * of a core for all the workers together (floor_share).  After
  * batches that took c ms of CPU in w ms, a worker sleeps c / share - w, so
  * over batches and pause it uses its share; its batches aim at the square
  * of that share times leapfrog.batch_size rows (lf_pacing_batch_rows says
@@ -35,7 +36,9 @@
  * ran flat out there until 2026-11-27, so that the migration's cost to
  * every statement ended sooner: in 5 interleaved rounds of TPC-C at
  * saturation, flat out committed 0.82x the floor's count on the aggregate
- * and 1.00x on the split, bench/README.md "The workers at saturation".)
+ * and 1.00x on the split, bench/README.md "The workers at saturation".
+ * The floor was each worker's until 2026-11-28: two workers took twice
+ * the CPU a migration is guaranteed (bench/README.md, 2026-11-28).)
  * Saturation is told apart from a steady load near capacity by looking:
  * where even the floor leaves less than LF_PACING_SATURATED_IDLE of the CPU
  * idle for LF_PACING_SATURATED_PERIODS periods in a row, in the first
@@ -134,6 +137,18 @@ lf_pacing_shmem_startup(void)
 		pg_atomic_init_u32(&pacing->mode, LF_PACED);
 	}
 	LWLockRelease(AddinShmemInitLock);
+}
+
+/*
+ * This worker's part of the floor: leapfrog.background_min_share of a core
+ * for the workers together, shared evenly (1: each flat out, not paced).
+ */
+static double
+floor_share(void)
+{
+	if (lf_background_min_share >= 1)
+		return 1;
+	return lf_background_min_share / Max(pg_atomic_read_u32(&pacing->workers), 1);
 }
 
 /* The process's CPU time, user and system, in microseconds. */
@@ -251,8 +266,8 @@ measure(void)
 		others_cores = others_cores < 0 ? used : (others_cores + used) / 2;
 		budget = ncpu - others_cores * (1 + lf_background_headroom);
 		nworkers = Max(pg_atomic_read_u32(&pacing->workers), 1);
-		my_share = Min(Max(budget / nworkers, lf_background_min_share), 1.0);
-		if (my_share < 1 && budget / nworkers <= lf_background_min_share &&
+		my_share = Min(Max(budget / nworkers, floor_share()), 1.0);
+		if (my_share < 1 && budget / nworkers <= floor_share() &&
 			idle < LF_PACING_SATURATED_IDLE)
 		{
 			uint32		expected = LF_PACED;
@@ -332,10 +347,10 @@ lf_pacing_pause_ms(TimestampTz started, uint64 cpu_us, double *share)
 	if (pg_atomic_read_u32(&pacing->mode) != LF_PACED)
 		probe();
 	if (pg_atomic_read_u32(&pacing->mode) == LF_SATURATED)
-		my_share = lf_background_min_share;
+		my_share = floor_share();
 	else
 		measure();
-	*share = my_share < 0 ? lf_background_min_share : my_share;
+	*share = my_share < 0 ? floor_share() : my_share;
 	if (*share >= 1)
 	{
 		/* not paced: flat out (idle, or pacing turned off) */
@@ -361,7 +376,7 @@ lf_pacing_pause_ms(TimestampTz started, uint64 cpu_us, double *share)
 int
 lf_pacing_batch_rows(void)
 {
-	double		share = my_share < 0 ? lf_background_min_share : my_share;
+	double		share = my_share < 0 ? floor_share() : my_share;
 
 	if (pg_atomic_read_u32(&pacing->mode) == LF_SATURATED)
 		return Max(lf_batch_size / 5, Min(lf_batch_size, 100));

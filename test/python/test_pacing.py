@@ -2,19 +2,20 @@
 
 The workers take the CPU the rest of the server leaves spare, less
 leapfrog.background_headroom, at least leapfrog.background_min_share of a
-core each; where even that floor leaves no CPU idle the server is saturated,
-and they keep to the floor (with larger batches), pausing every 2 s to look
-again.
+core together; where even that floor leaves no CPU idle the server is
+saturated, and they keep to the floor (with larger batches), pausing every
+2 s to look again.
 
 The test makes the load certain with CPU burners (busy loops) running for the
 whole migration, and watches the one worker's activity in pg_stat_activity:
 - one burner fewer than the machine has cores: the rest of the server uses
   all but one core, and the worker keeps to a share under one core
   ("leapfrog: pacing, 0.62 of a core" on 2 cores), never looking;
-- one burner more than the machine has cores: nothing is ever idle; the
-  worker keeps to the floor ("0.10 of a core") until it has seen that for
-  2 s, then looks ("leapfrog: pausing to measure the load"), finds the
-  server saturated and keeps to the floor, looking every 2 s;
+- one burner more than the machine has cores, two workers: nothing is ever
+  idle; the workers keep to the floor ("0.05 of a core" each) until they
+  have seen that for 2 s, then look ("leapfrog: pausing to measure the
+  load"), find the server saturated and keep to the floor, looking every
+  2 s;
 - idle: it never paces nor pauses;
 - background_min_share = 1 (pacing off) with all cores burning: the same.
 Every migration ends with each row migrated exactly once.
@@ -108,17 +109,24 @@ def test_pacing_follows_the_load(make_cluster):
         assert all(0.1 <= s < 1 for s in shares), sorted(set(shares))
         assert LOOKING not in seen, "a core was idle, yet the worker suspected saturation"
 
-        # more burners than cores: at the floor with nothing idle for 2 s,
-        # a look, and from then on at the floor, looking again every 2 s
+        # more burners than cores, two workers: at the floor with nothing
+        # idle for 2 s, a look, and from then on at the floor, looking again
+        # every 2 s.  The floor is the workers' together: 0.05 of a core
+        # each while both run (0.10 for one alone, before the other has
+        # begun or after it has ended).
+        c.set_gucs(**{"leapfrog.background_workers": 2})
+        c.reload()
+        wait_until(lambda: conn.execute("SHOW leapfrog.background_workers").fetchone()[0] == "2",
+                   10, what="the reload")
         with Burners(NCPU + 1):
             seen = _migrate_and_watch(c, conn, "b", "b_v2")
-        assert LOOKING in seen, "every core was busy, yet the worker never looked"
-        floor = "leapfrog: pacing, 0.10 of a core"
+        assert LOOKING in seen, "every core was busy, yet the workers never looked"
+        shared, alone = "leapfrog: pacing, 0.05 of a core", "leapfrog: pacing, 0.10 of a core"
         before = seen[:seen.index(LOOKING)]
         after = seen[seen.index(LOOKING):]
-        assert set(before) <= {floor}, sorted(set(before))
-        assert floor in after and set(after) <= {LOOKING, floor}, (
-            "a saturated worker keeps to the floor between its looks: %s" % sorted(set(after)))
+        assert set(before) <= {shared, alone}, sorted(set(before))
+        assert shared in after and set(after) <= {LOOKING, shared, alone}, (
+            "saturated workers share the floor between their looks: %s" % sorted(set(after)))
 
         # idle: neither
         seen = _migrate_and_watch(c, conn, "d", "d_v2")
