@@ -141,11 +141,13 @@ LANGUAGE C VOLATILE;
 
 -- Internal: may the statement's snapshot see the rows a migration's
 -- mappings compute?  Reads that compute the eager rows instead of migrating
--- them call it (src/compute.c).
-CREATE FUNCTION leapfrog.sees_start(migration_id int, in_place boolean)
+-- them call it (src/compute.c).  The third argument is not read: a column
+-- of the computed rows there makes the call a filter on them, a constant a
+-- test before any is read.
+CREATE FUNCTION leapfrog.sees_start(migration_id int, in_place boolean, anchor "any")
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'leapfrog_sees_start'
-LANGUAGE C STRICT STABLE PARALLEL SAFE;
+LANGUAGE C STABLE PARALLEL SAFE;
 
 -- Internal: the row trigger of a live input tracked in place (src/live.c):
 -- a write of one of its rows first migrates the row's group, old and new.

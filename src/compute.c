@@ -22,9 +22,10 @@
  * append relation and pushes the statement's quals into every branch, and
  * into a GROUP BY mapping when they touch only its grouping columns: a point
  * query stays a point query on both sides.  The gate,
- * leapfrog.sees_start(migration, in_place), is false under a snapshot older
- * than start(), to which eagerly the new table was still empty (an input
- * altered in place raises the error the migrating path raises).
+ * leapfrog.sees_start(migration, in_place, anchor), is false under a
+ * snapshot older than start(), to which eagerly the new table was still
+ * empty (an input altered in place raises the error the migrating path
+ * raises); anchored to a column, it filters the rows (branch_gate).
  *
  * A computed row must also pass the new table's NOT NULL and CHECK
  * constraints, as migrating it would (leapfrog.check_computed).
@@ -122,10 +123,10 @@ check_func(void)
 static Oid
 sees_start_func(void)
 {
-	Oid			argtypes[2] = {INT4OID, BOOLOID};
+	Oid			argtypes[3] = {INT4OID, BOOLOID, ANYOID};
 
 	return LookupFuncName(list_make2(makeString("leapfrog"), makeString("sees_start")),
-						  2, argtypes, false);
+						  3, argtypes, false);
 }
 
 /* A Query: SELECT tlist FROM rte [WHERE quals] */
@@ -233,8 +234,49 @@ check_holds(Node *check, Query *sub)
 }
 
 /*
+ * The gate of mapping m's branch, leapfrog.sees_start(migration, in_place,
+ * anchor).  Anchored to a column of the branch's FROM that is a column of
+ * the input read as it is, the call is a filter on the input's rows, first
+ * among the branch's (the planner orders a scan's filters by cost, then as
+ * written), and the function answers once per snapshot: a one-time filter
+ * was a Result node set up with every read that computes, a tenth of the
+ * instructions of a TPC-C point read of the split.  A NULL anchor makes it
+ * a test before any row is read, as before: for an input altered in place
+ * (its 40001 must not depend on a row being found), and for a mapping that
+ * filters (its own conditions would run first, on rows a snapshot older
+ * than start() must not compute).
+ */
+static Node *
+branch_gate(Oid gate, LfMigration *mig, LfMapping *m, Query *from_sub, bool in_place)
+{
+	Node	   *anchor = NULL;
+
+	for (int attno = 1; !in_place && !lf_mapping_filters(m) && attno <= m->natts; attno++)
+	{
+		Node	   *e = (Node *) ((TargetEntry *) list_nth(from_sub->targetList, attno - 1))->expr;
+
+		while (IsA(e, RelabelType))
+			e = (Node *) ((RelabelType *) e)->arg;
+		if (IsA(e, Var) && ((Var *) e)->varlevelsup == 0)
+		{
+			e = (Node *) ((TargetEntry *) list_nth(from_sub->targetList, attno - 1))->expr;
+			anchor = (Node *) makeVar(1, attno, exprType(e), exprTypmod(e), exprCollation(e), 0);
+			break;
+		}
+	}
+	if (anchor == NULL)
+		anchor = (Node *) makeNullConst(INT4OID, -1, InvalidOid);
+	return (Node *) makeFuncExpr(gate, BOOLOID,
+								 list_make3(makeConst(INT4OID, -1, InvalidOid, 4,
+													  Int32GetDatum(mig->id), false, true),
+											makeBoolConst(in_place, false),
+											anchor),
+								 InvalidOid, InvalidOid, COERCE_EXPLICIT_CALL);
+}
+
+/*
  * The branch of mapping m: SELECT <its natts columns, with the target's
- * collations> FROM (<m>) WHERE leapfrog.sees_start(...) [AND conjuncts].
+ * collations> FROM (<m>) WHERE <gate> [AND conjuncts].
  * conjuncts: the statement's conditions on occurrence rti that a mapping
  * column's integer cast would keep off the input's index (int -> bigint, the
  * most common change): the planner pushes them down as they are, and we add
@@ -298,11 +340,7 @@ mapping_branch(LfMapping *m, LfMigration *mig, RangeTblEntry *orig, int rti,
 										 COERCE_IMPLICIT_CAST);
 		tlist = lappend(tlist, makeTargetEntry(e, attno, pstrdup(tle->resname), false));
 	}
-	quals = list_make1(makeFuncExpr(gate, BOOLOID,
-									list_make2(makeConst(INT4OID, -1, InvalidOid, 4,
-														 Int32GetDatum(mig->id), false, true),
-											   makeBoolConst(in_place, false)),
-									InvalidOid, InvalidOid, COERCE_EXPLICIT_CALL));
+	quals = list_make1(branch_gate(gate, mig, m, from->subquery, in_place));
 	foreach(lc, checks)
 	{
 		if (!check_holds(lfirst(lc), from->subquery))
@@ -582,11 +620,36 @@ lf_compute_plan(Query *parse, const char *query_string, int cursorOptions,
  * table was empty to it; and for a table altered in place it would see the
  * rows in the table itself, which is the error the migrating path gives.
  */
+typedef struct SeesStartMemo
+{
+	Snapshot	snap;			/* the answer's snapshot: pointer, xmin, xmax, */
+	TransactionId xmin;			/* command */
+	TransactionId xmax;
+	CommandId	curcid;
+	bool		sees;
+} SeesStartMemo;
+
 PG_FUNCTION_INFO_V1(leapfrog_sees_start);
 Datum
 leapfrog_sees_start(PG_FUNCTION_ARGS)
 {
 	LfMigration *mig;
+	SeesStartMemo *memo = fcinfo->flinfo->fn_extra;
+	Snapshot	snap;
+
+	if (PG_ARGISNULL(0) || PG_ARGISNULL(1))
+		PG_RETURN_NULL();
+	if (!ActiveSnapshotSet())
+		PG_RETURN_BOOL(true);
+	snap = GetActiveSnapshot();
+
+	/*
+	 * A filter on the rows (branch_gate) is called for every row: the answer
+	 * holds for the snapshot, which one executor run keeps.
+	 */
+	if (memo != NULL && memo->snap == snap && memo->xmin == snap->xmin &&
+		memo->xmax == snap->xmax && memo->curcid == snap->curcid)
+		PG_RETURN_BOOL(memo->sees);
 
 	/*
 	 * A parallel worker runs the gate too, with an empty cache: load it, or
@@ -597,13 +660,19 @@ leapfrog_sees_start(PG_FUNCTION_ARGS)
 	 */
 	(void) lf_any_active();
 	mig = lf_migration_by_id(PG_GETARG_INT32(0));
-	if (mig == NULL || !ActiveSnapshotSet() || lf_xact_visible(&mig->started, GetActiveSnapshot()))
-		PG_RETURN_BOOL(true);
-	if (PG_GETARG_BOOL(1))
+	if (mig != NULL && !lf_xact_visible(&mig->started, snap) && PG_GETARG_BOOL(1))
 		lf_snapshot_predates(mig->name,
 							 "the transaction's snapshot predates its start, and eagerly it "
 							 "would see the rows of the table altered in place.");
-	PG_RETURN_BOOL(false);
+	if (memo == NULL)
+		memo = fcinfo->flinfo->fn_extra = MemoryContextAlloc(fcinfo->flinfo->fn_mcxt,
+															 sizeof(SeesStartMemo));
+	memo->snap = snap;
+	memo->xmin = snap->xmin;
+	memo->xmax = snap->xmax;
+	memo->curcid = snap->curcid;
+	memo->sees = mig == NULL || lf_xact_visible(&mig->started, snap);
+	PG_RETURN_BOOL(memo->sees);
 }
 
 /*
