@@ -316,6 +316,8 @@ extern Oid	lf_live_track(LfMapping *m, int migration_id, int nth, Oid *trigger);
 extern Oid	lf_live_trigger_table(Oid keys);
 extern Query *lf_live_unmigrated_query(LfMapping *m);
 extern Node *lf_live_pinned_gate(LfMapping *m, List *conds, int varno);
+extern List *lf_live_pinned_values(LfMapping *m, List *conds, int varno);
+extern bool lf_live_memo_migrated(LfMapping *m, Datum *values, bool *nulls);
 extern void lf_live_pin(Query *sub, LfMapping *m, Node *gate);
 typedef struct LfDoneKeys LfDoneKeys;
 extern LfDoneKeys *lf_done_keys_open(LfMapping *m);
@@ -414,6 +416,9 @@ typedef enum LfItemField
 	LF_ITEM_MAPPING,			/* Integer: of a live input read by several
 								 * GROUP BY mappings, the one whose groups the
 								 * rows' step migrates; 0: the input's units */
+	LF_ITEM_PINNED,				/* List of Expr: the key values of the one
+								 * group of a live mapping it can find, or NIL
+								 * (lf_live_pinned_values) */
 	LF_ITEM_NFIELDS
 } LfItemField;
 
@@ -434,6 +439,7 @@ typedef enum LfItemKind
 #define lf_item_standalone(item) (intVal(list_nth((item), LF_ITEM_STANDALONE)) != 0)
 #define lf_item_kind(item)		((LfItemKind) intVal(list_nth((item), LF_ITEM_KIND)))
 #define lf_item_mapping(item)	intVal(list_nth((item), LF_ITEM_MAPPING))
+#define lf_item_pinned(item)	((List *) list_nth((item), LF_ITEM_PINNED))
 
 /* snapshot.c */
 extern bool lf_xact_visible(LfXact *x, Snapshot snap);

@@ -94,6 +94,7 @@
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "nodes/makefuncs.h"
+#include "nodes/nodeFuncs.h"
 #include "optimizer/optimizer.h"
 #include "parser/parse_func.h"
 #include "parser/parsetree.h"
@@ -597,13 +598,69 @@ lf_live_unmigrated_query(LfMapping *m)
  * of its rows and the anti-join (lf_live_pin).  conds: the statement's
  * conjuncts on the target, whose Vars (varno) read the target's columns.
  */
+static bool pinned_key(LfMapping *m, List *conds, int varno, Expr **rhs);
+
 Node *
 lf_live_pinned_gate(LfMapping *m, List *conds, int varno)
 {
 	Expr	   *rhs[INDEX_MAX_KEYS];
 
+	if (!pinned_key(m, conds, varno, rhs))
+		return NULL;
+	return (Node *) makeBoolExpr(NOT_EXPR, list_make1(done_keys_exists(m, rhs)), -1);
+}
+
+/*
+ * Does the expression read anything but constants and the statement's
+ * parameters: a column, a sub-query, a parameter a plan node sets?
+ */
+static bool
+reads_rows_walker(Node *node, void *cx)
+{
+	if (node == NULL)
+		return false;
+	if (IsA(node, Param))
+		return ((Param *) node)->paramkind != PARAM_EXTERN;
+	if (IsA(node, Var) || IsA(node, PlaceHolderVar) || IsA(node, Aggref) ||
+		IsA(node, WindowFunc) || IsA(node, GroupingFunc) || IsA(node, SubLink) ||
+		IsA(node, SubPlan) || IsA(node, AlternativeSubPlan))
+		return true;
+	return expression_tree_walker(node, reads_rows_walker, cx);
+}
+
+/*
+ * The values conds pins every key column of live mapping m's target to
+ * (as lf_live_pinned_gate), ready for the executor, if each has the key
+ * column's type and can be computed before the statement runs (constants,
+ * the statement's parameters, functions of them); NIL otherwise.  A
+ * relevance plan on one group keeps them (relevance.c), to be skipped when
+ * the backend knows the group migrated (lf_live_memo_migrated).
+ */
+List *
+lf_live_pinned_values(LfMapping *m, List *conds, int varno)
+{
+	Expr	   *rhs[INDEX_MAX_KEYS];
+	List	   *values = NIL;
+
+	if (!pinned_key(m, conds, varno, rhs))
+		return NIL;
+	for (int k = 0; k < m->nkeys; k++)
+	{
+		Expr	   *e = expression_planner(rhs[k]);
+
+		if (exprType((Node *) e) != get_atttype(m->inputs[0], m->keys[0][k]) ||
+			reads_rows_walker((Node *) e, NULL) || contain_volatile_functions((Node *) e))
+			return NIL;
+		values = lappend(values, e);
+	}
+	return values;
+}
+
+static bool
+pinned_key(LfMapping *m, List *conds, int varno, Expr **rhs)
+{
 	if (m->unmigrated == NULL || m->kind == LF_MAP_JOIN)
-		return NULL;			/* not tracked by keys, or a join: no gate */
+		return false;			/* not tracked by keys, or a join: no gate */
 	for (int k = 0; k < m->nkeys; k++)
 	{
 		AttrNumber	target_att = 0;
@@ -623,7 +680,7 @@ lf_live_pinned_gate(LfMapping *m, List *conds, int varno)
 			}
 		}
 		if (target_att == 0)
-			return NULL;
+			return false;
 		rhs[k] = NULL;
 		foreach(lc, conds)
 		{
@@ -652,9 +709,9 @@ lf_live_pinned_gate(LfMapping *m, List *conds, int varno)
 			}
 		}
 		if (rhs[k] == NULL)
-			return NULL;
+			return false;
 	}
-	return (Node *) makeBoolExpr(NOT_EXPR, list_make1(done_keys_exists(m, rhs)), -1);
+	return true;
 }
 
 /*
@@ -1074,6 +1131,8 @@ typedef struct KeyMemo
 	int			nkeys;
 	Datum		key[LF_KEY_MAX];
 	bool		byref[INDEX_MAX_KEYS];	/* a value copied, to free */
+	bool		typbyval[INDEX_MAX_KEYS];	/* of the key column */
+	int16		typlen[INDEX_MAX_KEYS];
 } KeyMemo;
 
 static KeyMemo memo[LF_MEMO_SLOTS];
@@ -1147,11 +1206,33 @@ memo_remember(LfMapping *m, TupleDesc desc, Datum *key)
 
 		mm->byref[k] = !att->attbyval && !LF_KEY_ISNULL(m->nkeys, key, k);
 		mm->key[k] = mm->byref[k] ? datumCopy(key[k], false, att->attlen) : key[k];
+		mm->typbyval[k] = att->attbyval;
+		mm->typlen[k] = att->attlen;
 	}
 	mm->key[m->nkeys] = key[m->nkeys];
 	MemoryContextSwitchTo(old);
 	mm->nkeys = m->nkeys;
 	mm->keys = m->done_keys;
+}
+
+/*
+ * Did the trigger see the group of these key values of mapping m migrated,
+ * last in this transaction?  The values are computed by the statement
+ * (lf_live_pinned_values): where their bytes are not those of the key read
+ * from the row (a numeric's other scale, say), the answer is no, and the
+ * relevance plan runs as it would have.
+ */
+bool
+lf_live_memo_migrated(LfMapping *m, Datum *values, bool *nulls)
+{
+	KeyMemo    *mm = memo_slot(m);
+
+	if (mm->keys != m->done_keys || mm->key[m->nkeys] != 0)
+		return false;			/* another table's, or a key with NULLs */
+	for (int k = 0; k < m->nkeys; k++)
+		if (nulls[k] || !datumIsEqual(values[k], mm->key[k], mm->typbyval[k], mm->typlen[k]))
+			return false;
+	return true;
 }
 
 /*

@@ -1877,6 +1877,44 @@ set_for(List **sets, List *item)
 }
 
 /*
+ * Does item find rows of one group of a live mapping only, a group the
+ * trigger saw migrated in this transaction (lf_live_memo_migrated)?  Then
+ * it would find nothing: the application wrote the group's input rows, then
+ * writes its row of the new table (an order's lines, then its total).  The
+ * key values are computed from the statement's parameters.
+ */
+static bool
+pinned_group_migrated(List *item, LfMigration *mig, ParamListInfo params)
+{
+	List	   *pinned = lf_item_pinned(item);
+	LfMapping  *m = NULL;
+	Datum		values[INDEX_MAX_KEYS];
+	bool		nulls[INDEX_MAX_KEYS];
+	EState	   *estate;
+	ExprContext *econtext;
+	ListCell   *lc;
+	bool		migrated;
+
+	if (pinned == NIL)
+		return false;
+	foreach(lc, mig->mappings)
+		if (((LfMapping *) lfirst(lc))->id == lf_item_mapping(item))
+			m = lfirst(lc);
+	if (m == NULL || list_length(pinned) != m->nkeys)
+		return false;
+	estate = CreateExecutorState();
+	estate->es_param_list_info = params;
+	econtext = GetPerTupleExprContext(estate);
+	foreach(lc, pinned)
+		values[foreach_current_index(lc)] =
+			ExecEvalExprSwitchContext(ExecPrepareExpr(lfirst(lc), estate), econtext,
+									  &nulls[foreach_current_index(lc)]);
+	migrated = lf_live_memo_migrated(m, values, nulls);
+	FreeExecutorState(estate);
+	return migrated;
+}
+
+/*
  * One round of the live relevance plans (see "Snapshots" above): the rows
  * they find, per input, in *sets.  Whether they found any; *skipped counts
  * the plans skipped because their migration completed meanwhile.
@@ -1910,6 +1948,8 @@ relevance_round(QueryDesc *qd, List *live, Snapshot snap, bool xact, List **sets
 			continue;
 		}
 		set = set_for(sets, item);
+		if (pinned_group_migrated(item, mig, qd->params))
+			continue;
 
 		if (xact && by_key(item) && latest == NULL)
 			latest = RegisterSnapshot(GetLatestSnapshot());

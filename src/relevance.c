@@ -63,6 +63,7 @@ typedef struct RelCtx
 	List	   *kinds;			/* LfItemKind per item */
 	List	   *mappings;		/* per item: the mapping id whose groups its rows
 								 * need, of a live input tracked in place; or 0 */
+	List	   *pinned;			/* per item: LF_ITEM_PINNED */
 	List	   *fkeys;			/* LfForeignKey * whose referencing rows are needed */
 	Oid			only;			/* if set, the one target collect_level looks
 								 * for (an upstream level, nest_upstream) */
@@ -329,8 +330,23 @@ unit_desc(Oid input)
  * migrating its own groups: the item names m).
  */
 static void
+add_pinned_item(RelCtx *cx, Query *q, LfMapping *m, const char *target, const char *how,
+				LfItemKind kind, List *pinned);
+
+static void
 add_item(RelCtx *cx, Query *q, LfMapping *m, const char *target, const char *how,
 		 LfItemKind kind)
+{
+	add_pinned_item(cx, q, m, target, how, kind, NIL);
+}
+
+/*
+ * The same, for a relevance query that finds rows of one group of live
+ * mapping m at most, the group of key values pinned (LF_ITEM_PINNED).
+ */
+static void
+add_pinned_item(RelCtx *cx, Query *q, LfMapping *m, const char *target, const char *how,
+				LfItemKind kind, List *pinned)
 {
 	Oid			input = m->input;
 	LfMigration *mig;
@@ -360,6 +376,7 @@ add_item(RelCtx *cx, Query *q, LfMapping *m, const char *target, const char *how
 	cx->kinds = lappend_int(cx->kinds, kind);
 	carrier = mig ? lf_keys_carrier(mig, m) : NULL;
 	cx->mappings = lappend_int(cx->mappings, carrier ? carrier->id : 0);
+	cx->pinned = lappend(cx->pinned, carrier == m ? pinned : NIL);
 	cx->descs = lappend(cx->descs,
 						psprintf("%s from %s (%s%s)", target, lf_relation_name(input), how,
 								 unit_desc(input)));
@@ -838,6 +855,7 @@ key_relevance(Query *level, int r, RelCtx *cx)
 	Relation	rel = table_open(orig->relid, AccessShareLock);
 	int			mrti = list_length(level->rtable) + 1;
 	List	   *disjuncts = NIL;
+	List	   *only = NIL;		/* the conjuncts of the one disjunct */
 	bool		unknown = false;
 	ListCell   *lc;
 
@@ -850,7 +868,10 @@ key_relevance(Query *level, int r, RelCtx *cx)
 		if (unknown)
 			break;
 		if (conj != NIL)
+		{
 			disjuncts = lappend(disjuncts, make_ands_explicit(conj));
+			only = conj;
+		}
 	}
 	table_close(rel, AccessShareLock);
 
@@ -884,7 +905,9 @@ key_relevance(Query *level, int r, RelCtx *cx)
 			whole_table(cx, orig->relid, orig, LF_NEEDS_KEYS);
 			return;
 		}
-		add_item(cx, q, m, get_rel_name(orig->relid), "conflicting keys", LF_NEEDS_KEYS);
+		/* one unique key, a live mapping's group key: one group at most */
+		add_pinned_item(cx, q, m, get_rel_name(orig->relid), "conflicting keys", LF_NEEDS_KEYS,
+						list_length(disjuncts) == 1 ? lf_live_pinned_values(m, only, mrti) : NIL);
 	}
 }
 
@@ -1870,8 +1893,10 @@ plan_items(RelCtx *cx, PlannedStmt *stmt, ParamListInfo boundParams)
 			   *lk,
 			   *lm;
 
+	Assert(list_length(cx->pinned) == list_length(cx->queries));
 	forfive(lq, cx->queries, li, cx->inputs, ld, cx->descs, lk, cx->kinds, lm, cx->mappings)
 	{
+		List	   *pinned = list_nth(cx->pinned, foreach_current_index(lq));
 		Query	   *q = lfirst(lq);
 		PlannedStmt *rs;
 		LfMigration *mig = lf_migration_by_input(lfirst_oid(li));
@@ -1894,6 +1919,7 @@ plan_items(RelCtx *cx, PlannedStmt *stmt, ParamListInfo boundParams)
 		item = lappend(item, makeInteger(alone));
 		item = lappend(item, makeInteger(lfirst_int(lk)));
 		item = lappend(item, makeInteger(lfirst_int(lm)));
+		item = lappend(item, pinned);
 		Assert(list_length(item) == LF_ITEM_NFIELDS);
 		items = lappend(items, item);
 	}
@@ -2003,12 +2029,14 @@ lf_pull_plan(LfMapping *m, Node *quals, List **upstream)
 			cx.descs = list_make1(pstrdup("pull"));
 			cx.kinds = list_make1_int(LF_NEEDS_ROWS);
 			cx.mappings = list_make1_int(lf_keys_carrier(mig, m) ? lf_keys_carrier(mig, m)->id : 0);
+			cx.pinned = list_make1(NIL);
 			nest_upstream(&cx);
 			cx.queries = list_delete_first(cx.queries);
 			cx.inputs = list_delete_first(cx.inputs);
 			cx.descs = list_delete_first(cx.descs);
 			cx.kinds = list_delete_first(cx.kinds);
 			cx.mappings = list_delete_first(cx.mappings);
+			cx.pinned = list_delete_first(cx.pinned);
 			*upstream = plan_items(&cx, NULL, NULL);
 		}
 	}
