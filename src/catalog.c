@@ -264,7 +264,14 @@ load_input(HeapTuple tup, TupleDesc desc)
 	Oid			relid = DatumGetObjectId(heap_getattr(tup, Anum_input_relid, desc, &isnull));
 
 	if (m == NULL)
+	{
+		/* a recently completed migration: which inputs were altered in place */
+		m = migration_in(lf_recent_done, DatumGetInt32(heap_getattr(tup, Anum_input_migration_id,
+																	desc, &isnull)));
+		if (m && DatumGetBool(heap_getattr(tup, Anum_input_in_place, desc, &isnull)))
+			m->in_place = lappend_oid(m->in_place, relid);
 		return;
+	}
 	m->inputs = lappend_oid(m->inputs, relid);
 	if (DatumGetBool(heap_getattr(tup, Anum_input_in_place, desc, &isnull)))
 		m->in_place = lappend_oid(m->in_place, relid);
@@ -387,10 +394,19 @@ load_mapping(HeapTuple tup, TupleDesc desc)
 
 	if (!m)
 	{
-		/* a recently completed migration: only its targets matter */
+		/*
+		 * A recently completed migration: only its targets matter, and which
+		 * of them replace an input altered in place (snapshot.c).
+		 */
 		m = migration_in(lf_recent_done, mig_id);
 		if (m)
+		{
 			m->targets = list_append_unique_oid(m->targets, target);
+			if (list_member_oid(m->in_place,
+								DatumGetObjectId(heap_getattr(tup, Anum_mapping_input_relid,
+															  desc, &isnull))))
+				m->in_place_targets = list_append_unique_oid(m->in_place_targets, target);
+		}
 		return;
 	}
 	m->targets = list_append_unique_oid(m->targets, target);
@@ -552,7 +568,7 @@ lf_cache_load(void)
 	PG_TRY();
 	{
 		scan_table(lf_catalog_oid, snap, load_migration);
-		if (lf_active != NIL)
+		if (lf_active != NIL || lf_recent_done != NIL)
 			scan_table(lf_catalog_table("input"), snap, load_input);
 		if (lf_active != NIL || lf_recent_done != NIL)
 			scan_table(lf_catalog_table("mapping"), snap, load_mapping);

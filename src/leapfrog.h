@@ -241,6 +241,8 @@ typedef struct LfMigration
 	List	   *live_keys;		/* every mapping's table of done keys */
 	List	   *mappings;		/* LfMapping * (lf_active only) */
 	List	   *targets;		/* OIDs of new tables */
+	List	   *in_place_targets;	/* those that replace an input altered in
+									 * place (lf_recent_done only) */
 	List	   *fkeys;			/* LfForeignKey * of the targets (lf_active only) */
 } LfMigration;
 
@@ -443,7 +445,8 @@ typedef enum LfItemKind
 
 /* snapshot.c */
 extern bool lf_xact_visible(LfXact *x, Snapshot snap);
-extern bool lf_completions_visible(PlannedStmt *stmt, Snapshot snap, LfMigration **unseen);
+extern bool lf_completions_visible(PlannedStmt *stmt, Snapshot snap, LfMigration **unseen,
+								   bool *before_start);
 extern void lf_snapshot_predates(const char *migration, const char *detail) pg_attribute_noreturn();
 
 /* migrate.c */

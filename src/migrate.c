@@ -1842,15 +1842,18 @@ static void
 check_completions(QueryDesc *qd)
 {
 	LfMigration *unseen;
+	bool		before_start;
 
 	if (!lf_cache_valid)
 		lf_cache_load();
 	if (lf_recent_done == NIL ||
-		lf_completions_visible(qd->plannedstmt, qd->snapshot, &unseen))
+		lf_completions_visible(qd->plannedstmt, qd->snapshot, &unseen, &before_start))
 		return;
 	if (IsolationUsesXactSnapshot())
-		lf_snapshot_predates(unseen->name,
-							 "it completed after the transaction's snapshot was taken, so the "
+		lf_snapshot_predates(unseen->name, before_start
+							 ? "the transaction's snapshot predates its start, and eagerly it "
+							 "would see the rows of the table altered in place."
+							 : "it completed after the transaction's snapshot was taken, so the "
 							 "snapshot cannot see every row it moved.");
 	use_snapshot(qd, RegisterSnapshot(GetTransactionSnapshot()), false, false);
 }

@@ -20,6 +20,10 @@
  *	- Running: the relevance queries run on the snapshot (migrate.c).  A
  *	  row another transaction migrated after the snapshot is still in the
  *	  retired table for it, and claiming it fails with 40001.
+ *	- Done, and the snapshot can see neither start() nor the completion:
+ *	  as before start(), except a table altered in place eagerly, whose
+ *	  rows the snapshot saw eagerly and the migration moved after it:
+ *	  40001, as while it ran.
  *	- Done, but the snapshot cannot see the completion: 40001.  The
  *	  completion marks a migration done when it sees no row left, so every
  *	  migrating transaction had committed before it, but not necessarily
@@ -93,14 +97,20 @@ reads_any(PlannedStmt *stmt, List *relids)
 
 /*
  * Whether snap sees the completion of every recently completed migration
- * whose new tables stmt reads (and whose start snap sees: otherwise the
- * migration is not there for snap at all).  If not, *unseen is one that it
- * does not see.  Migrations whose completion every snapshot sees are
- * dropped from the cache's list on the way, so this costs nothing once
- * the older snapshots are gone.  The cache must be current.
+ * whose new tables stmt reads.  If not, *unseen is one that it does not
+ * see.  A snapshot that does not see the migration's start either sees
+ * what eager left before it, the new tables empty, which it sees of them
+ * too; except a table altered in place eagerly, whose old rows it saw
+ * eagerly and which the migration's transactions moved into the copy
+ * after it (*before_start: 40001, as while the migration ran; the
+ * differential snapshot test, seed 3310128: a DELETE deleted nothing).
+ * Migrations whose completion every snapshot sees are dropped from the
+ * cache's list on the way, so this costs nothing once the older snapshots
+ * are gone.  The cache must be current.
  */
 bool
-lf_completions_visible(PlannedStmt *stmt, Snapshot snap, LfMigration **unseen)
+lf_completions_visible(PlannedStmt *stmt, Snapshot snap, LfMigration **unseen,
+					   bool *before_start)
 {
 	ListCell   *lc;
 
@@ -113,8 +123,10 @@ lf_completions_visible(PlannedStmt *stmt, Snapshot snap, LfMigration **unseen)
 			lf_recent_done = foreach_delete_current(lf_recent_done, lc);
 			continue;
 		}
-		if (!reads_any(stmt, m->targets) || lf_xact_visible(&m->done, snap) ||
-			!lf_xact_visible(&m->started, snap))
+		if (!reads_any(stmt, m->targets) || lf_xact_visible(&m->done, snap))
+			continue;
+		*before_start = !lf_xact_visible(&m->started, snap);
+		if (*before_start && !reads_any(stmt, m->in_place_targets))
 			continue;
 		*unseen = m;
 		return false;
