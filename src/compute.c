@@ -253,14 +253,15 @@ branch_gate(Oid gate, LfMigration *mig, LfMapping *m, Query *from_sub, bool in_p
 
 	for (int attno = 1; !in_place && !lf_mapping_filters(m) && attno <= m->natts; attno++)
 	{
-		Node	   *e = (Node *) ((TargetEntry *) list_nth(from_sub->targetList, attno - 1))->expr;
+		Node	   *col = (Node *) ((TargetEntry *) list_nth(from_sub->targetList, attno - 1))->expr;
+		Node	   *e = col;
 
 		while (IsA(e, RelabelType))
 			e = (Node *) ((RelabelType *) e)->arg;
 		if (IsA(e, Var) && ((Var *) e)->varlevelsup == 0)
 		{
-			e = (Node *) ((TargetEntry *) list_nth(from_sub->targetList, attno - 1))->expr;
-			anchor = (Node *) makeVar(1, attno, exprType(e), exprTypmod(e), exprCollation(e), 0);
+			anchor = (Node *) makeVar(1, attno, exprType(col), exprTypmod(col),
+									  exprCollation(col), 0);
 			break;
 		}
 	}

@@ -1705,19 +1705,28 @@ lf_migrate_rows(LfMigration *mig, Oid input, LfMapping *only, ItemPointer tids, 
  * found them (a lock taken since processed the invalidation: a worker's
  * completion of an earlier migration of a chain, say), which moved them.
  */
+/* The mapping of mig with this id, or NULL (also for 0) */
+static LfMapping *
+mapping_by_id(LfMigration *mig, int id)
+{
+	ListCell   *lc;
+
+	foreach(lc, mig->mappings)
+		if (id != 0 && ((LfMapping *) lfirst(lc))->id == id)
+			return lfirst(lc);
+	return NULL;
+}
+
 static bool
 migrate_set(TidSet *set)
 {
 	bool		save_read_only = XactReadOnly;
 	LfMigration *mig = lf_migration_by_input(set->input);
-	LfMapping  *only = NULL;
-	ListCell   *lc;
+	LfMapping  *only;
 
 	if (mig == NULL)
 		return false;
-	foreach(lc, mig->mappings)
-		if (set->mapping_id != 0 && ((LfMapping *) lfirst(lc))->id == set->mapping_id)
-			only = lfirst(lc);
+	only = mapping_by_id(mig, set->mapping_id);
 	tidset_sort_unique(set);
 	XactReadOnly = false;
 	PG_TRY();
@@ -1890,7 +1899,7 @@ static bool
 pinned_group_migrated(List *item, LfMigration *mig, ParamListInfo params)
 {
 	List	   *pinned = lf_item_pinned(item);
-	LfMapping  *m = NULL;
+	LfMapping  *m;
 	Datum		values[INDEX_MAX_KEYS];
 	bool		nulls[INDEX_MAX_KEYS];
 	EState	   *estate;
@@ -1900,9 +1909,7 @@ pinned_group_migrated(List *item, LfMigration *mig, ParamListInfo params)
 
 	if (pinned == NIL)
 		return false;
-	foreach(lc, mig->mappings)
-		if (((LfMapping *) lfirst(lc))->id == lf_item_mapping(item))
-			m = lfirst(lc);
+	m = mapping_by_id(mig, lf_item_mapping(item));
 	if (m == NULL || list_length(pinned) != m->nkeys)
 		return false;
 	estate = CreateExecutorState();

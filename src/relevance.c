@@ -327,22 +327,9 @@ unit_desc(Oid input)
 /*
  * Relevance query q, which finds rows of mapping m's input, as an item (an
  * input tracked in place may be read by several GROUP BY mappings, each
- * migrating its own groups: the item names m).
- */
-static void
-add_pinned_item(RelCtx *cx, Query *q, LfMapping *m, const char *target, const char *how,
-				LfItemKind kind, List *pinned);
-
-static void
-add_item(RelCtx *cx, Query *q, LfMapping *m, const char *target, const char *how,
-		 LfItemKind kind)
-{
-	add_pinned_item(cx, q, m, target, how, kind, NIL);
-}
-
-/*
- * The same, for a relevance query that finds rows of one group of live
- * mapping m at most, the group of key values pinned (LF_ITEM_PINNED).
+ * migrating its own groups: the item names m).  pinned: where q finds rows
+ * of one group of live mapping m at most, the key values of that group
+ * (LF_ITEM_PINNED), or NIL.
  */
 static void
 add_pinned_item(RelCtx *cx, Query *q, LfMapping *m, const char *target, const char *how,
@@ -380,6 +367,14 @@ add_pinned_item(RelCtx *cx, Query *q, LfMapping *m, const char *target, const ch
 	cx->descs = lappend(cx->descs,
 						psprintf("%s from %s (%s%s)", target, lf_relation_name(input), how,
 								 unit_desc(input)));
+}
+
+/* An item whose query may find rows of any group (add_pinned_item) */
+static void
+add_item(RelCtx *cx, Query *q, LfMapping *m, const char *target, const char *how,
+		 LfItemKind kind)
+{
+	add_pinned_item(cx, q, m, target, how, kind, NIL);
 }
 
 /* SELECT lf_ctid FROM <mapping> [WHERE quals over rtindex 1] */
