@@ -181,6 +181,18 @@ lf_migration_by_id(int id)
 	return migration_in(lf_active, id);
 }
 
+/* The mapping of mig with this id, or NULL (also for 0) */
+LfMapping *
+lf_mapping_by_id(LfMigration *mig, int id)
+{
+	ListCell   *lc;
+
+	foreach(lc, mig->mappings)
+		if (id != 0 && ((LfMapping *) lfirst(lc))->id == id)
+			return lfirst(lc);
+	return NULL;
+}
+
 /* Scan one of our catalog tables, calling fn for each visible row. */
 static void
 scan_table(Oid relid, Snapshot snap, void (*fn) (HeapTuple, TupleDesc))

@@ -30,6 +30,11 @@
  * A computed row must also pass the new table's NOT NULL and CHECK
  * constraints, as migrating it would (leapfrog.check_computed).
  *
+ * A read whose every branch pins one group of a mapping tracked by keys
+ * also keeps the plan of the statement as written: where its snapshot sees
+ * those groups migrated, the branches would compute nothing, and that plan
+ * runs instead (lf_compute_shortcut).
+ *
  * Privileges: the caller's on the new table are checked on the first
  * branch, with the statement's own column set; the retired tables are the
  * extension's, and a user allowed to read the new table may read what the
@@ -51,6 +56,7 @@
 #include "catalog/namespace.h"
 #include "catalog/pg_collation.h"
 #include "catalog/pg_type.h"
+#include "executor/executor.h"
 #include "fmgr.h"
 #include "nodes/makefuncs.h"
 #include "nodes/nodeFuncs.h"
@@ -71,6 +77,10 @@ typedef struct ComputeCtx
 	bool		ok;				/* every occurrence can be computed */
 	int			rewritten;		/* occurrences replaced */
 	List	   *descs;			/* EXPLAIN's "Computes:" lines (String) */
+	List	   *pins;			/* per branch that pins one group: (migration
+								 * id, mapping id, key values) */
+	bool		unpinned;		/* a branch pins no group, or values the
+								 * executor cannot compute first */
 } ComputeCtx;
 
 /* Where a statement reads without migrating (see the file header). */
@@ -286,7 +296,8 @@ branch_gate(Oid gate, LfMigration *mig, LfMapping *m, Query *from_sub, bool in_p
  */
 static Query *
 mapping_branch(LfMapping *m, LfMigration *mig, RangeTblEntry *orig, int rti,
-			   List *conjuncts, List *checks, List *types, List *collations, Oid gate)
+			   List *conjuncts, List *checks, List *types, List *collations, Oid gate,
+			   ComputeCtx *cx)
 {
 	RangeTblEntry *from = lf_map_rte(m, orig);
 	Query	   *branch;
@@ -305,9 +316,24 @@ mapping_branch(LfMapping *m, LfMigration *mig, RangeTblEntry *orig, int rti,
 		ChangeVarNodes(c, rti, 1, 0);
 		mine = lappend(mine, c);
 	}
-	/* a group the statement pins: skip its rows if it is migrated (live.c) */
+	/*
+	 * A group the statement pins: skip its rows if it is migrated (live.c),
+	 * and if the executor can compute the key first, let it skip the branch
+	 * (lf_compute_shortcut).
+	 */
 	if ((gate_done = lf_live_pinned_gate(m, mine, 1)) != NULL)
+	{
+		List	   *values = lf_live_pinned_values(m, mine, 1);
+
 		lf_live_pin(from->subquery, m, gate_done);
+		if (values != NIL)
+			cx->pins = lappend(cx->pins, list_make3(makeInteger(mig->id), makeInteger(m->id),
+													values));
+		else
+			cx->unpinned = true;
+	}
+	else
+		cx->unpinned = true;
 	from->alias = NULL;
 	from->securityQuals = NIL;
 	from->security_barrier = lf_mapping_filters(m);	/* relevance.c */
@@ -467,7 +493,7 @@ union_rte(RangeTblEntry *orig, int rti, List *conjuncts, List *mappings, Compute
 		LfMapping  *m = lfirst(lc);
 		LfMigration *mig = lf_migration_by_input(m->input);
 		Query	   *branch = mig ? mapping_branch(m, mig, orig, rti, conjuncts, checks, types,
-												  collations, gate) : NULL;
+												  collations, gate, cx) : NULL;
 		SetOperationStmt *op;
 		RangeTblRef *l,
 				   *r = makeNode(RangeTblRef);
@@ -598,8 +624,9 @@ lf_compute_plan(Query *parse, const char *query_string, int cursorOptions,
 				ParamListInfo boundParams, planner_hook_type next)
 {
 	Query	   *copy;
-	ComputeCtx	cx = {true, 0, NIL};
+	ComputeCtx	cx = {true, 0, NIL, NIL, false};
 	PlannedStmt *stmt;
+	PlannedStmt *plain;
 
 	if (parse->commandType != CMD_SELECT || parse->hasModifyingCTE || parse->hasForUpdate)
 		return NULL;
@@ -612,7 +639,71 @@ lf_compute_plan(Query *parse, const char *query_string, int cursorOptions,
 	/* a new table read by an inlined SQL function was not rewritten */
 	if (target_scans(stmt) != cx.rewritten)
 		return NULL;
-	return lf_wrap_plan(stmt, NIL, cx.descs, NULL);
+	if (cx.pins == NIL || cx.unpinned)
+		return lf_wrap_plan(stmt, NIL, cx.descs, NULL, NIL);
+
+	/*
+	 * Every branch pins one group: the plan of the statement as written,
+	 * reading the new tables alone, for when those groups are migrated
+	 * (lf_compute_shortcut).
+	 */
+	plain = next ? next(parse, query_string, cursorOptions, boundParams)
+		: standard_planner(parse, query_string, cursorOptions, boundParams);
+	stmt->relationOids = list_concat_unique_oid(stmt->relationOids, plain->relationOids);
+	stmt->invalItems = list_concat(stmt->invalItems, plain->invalItems);
+	stmt->transientPlan |= plain->transientPlan;
+	stmt->dependsOnRole |= plain->dependsOnRole;
+	return lf_wrap_plan(stmt, NIL, cx.descs, NULL, list_make2(cx.pins, plain));
+}
+
+/*
+ * The plan qd should run instead of its computing plan, or NULL: where each
+ * branch pins one group (lf_compute_plan), and qd's snapshot sees every
+ * such group migrated, the branches compute nothing (their gates,
+ * lf_live_pinned_gate, would find the keys with that snapshot), and the
+ * statement as written, on the new tables alone, reads the same rows.
+ * Their set-up was most of a key read's cost: TPC-C's Delivery reads an
+ * order's total just after its UPDATE of the order's lines migrated it.
+ */
+PlannedStmt *
+lf_compute_shortcut(QueryDesc *qd)
+{
+	List	   *shortcut = lf_plan_shortcut(qd->plannedstmt);
+	EState	   *estate = NULL;
+	ListCell   *lc;
+	bool		all = true;
+
+	if (shortcut == NIL || qd->snapshot == InvalidSnapshot)
+		return NULL;
+	if (!lf_cache_valid)
+		lf_cache_load();
+	foreach(lc, (List *) linitial(shortcut))
+	{
+		List	   *pin = lfirst(lc);
+		LfMigration *mig = lf_migration_by_id(intVal(linitial(pin)));
+		LfMapping  *m = mig ? lf_mapping_by_id(mig, intVal(lsecond(pin))) : NULL;
+		Datum		key[LF_KEY_MAX];
+		bool		nulls[INDEX_MAX_KEYS];
+
+		/* completed meanwhile: the computing plan knows what to do */
+		if (m == NULL || list_length(lthird(pin)) != m->nkeys)
+		{
+			all = false;
+			break;
+		}
+		lf_live_eval_pinned(lthird(pin), qd->params, &estate, key, nulls);
+		for (int k = 0; k < m->nkeys; k++)
+			all &= !nulls[k];
+		key[m->nkeys] = UInt32GetDatum(0);
+		if (!all || !lf_live_done_at(m, key, qd->snapshot))
+		{
+			all = false;
+			break;
+		}
+	}
+	if (estate)
+		FreeExecutorState(estate);
+	return all ? lsecond(shortcut) : NULL;
 }
 
 /*

@@ -253,6 +253,7 @@ extern void lf_cache_init(void);
 extern void lf_cache_load(void);
 extern bool lf_any_active(void);
 extern LfMigration *lf_migration_by_id(int id);
+extern LfMapping *lf_mapping_by_id(LfMigration *mig, int id);
 extern LfMigration *lf_migration_by_input(Oid input);
 extern LfMigration *lf_migration_by_target(Oid target);
 extern List *lf_mappings_for_target(Oid target);
@@ -320,6 +321,9 @@ extern Query *lf_live_unmigrated_query(LfMapping *m);
 extern Node *lf_live_pinned_gate(LfMapping *m, List *conds, int varno);
 extern List *lf_live_pinned_values(LfMapping *m, List *conds, int varno);
 extern bool lf_live_memo_migrated(LfMapping *m, Datum *values, bool *nulls);
+extern void lf_live_eval_pinned(List *pinned, ParamListInfo params, EState **estate,
+								Datum *values, bool *nulls);
+extern bool lf_live_done_at(LfMapping *m, Datum *key, Snapshot snap);
 extern void lf_live_pin(Query *sub, LfMapping *m, Node *gate);
 typedef struct LfDoneKeys LfDoneKeys;
 extern LfDoneKeys *lf_done_keys_open(LfMapping *m);
@@ -389,10 +393,11 @@ extern void lf_install_estimate_hook(void);
 /* scan.c */
 extern void lf_register_scan_methods(void);
 extern PlannedStmt *lf_wrap_plan(PlannedStmt *stmt, List *items, List *computes,
-								 Query *query);
+								 Query *query, List *shortcut);
 extern bool lf_plan_wrapped(PlannedStmt *stmt);
 extern List *lf_plan_items(PlannedStmt *stmt);
 extern Query *lf_plan_query(PlannedStmt *stmt);
+extern List *lf_plan_shortcut(PlannedStmt *stmt);
 
 /* compute.c */
 extern bool lf_compute_forced;	/* COPY ... TO of a new table (utility.c) */
@@ -400,6 +405,7 @@ extern bool lf_compute_wanted(void);
 extern PlannedStmt *lf_compute_plan(Query *parse, const char *query_string,
 									int cursorOptions, ParamListInfo boundParams,
 									planner_hook_type next);
+extern PlannedStmt *lf_compute_shortcut(QueryDesc *qd);
 
 /*
  * One relevance plan: returns the ctids of input rows of `input` that the

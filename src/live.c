@@ -91,6 +91,7 @@
 #include "catalog/pg_trigger.h"
 #include "catalog/pg_type.h"
 #include "commands/trigger.h"
+#include "executor/executor.h"
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "nodes/makefuncs.h"
@@ -989,6 +990,77 @@ lf_live_claim_nowait(LfDoneKeys *d, LfMapping *m, Datum *key, bool look_first)
 	}
 	LockRelease(&tag, ExclusiveLock, false);
 	return claimed;
+}
+
+/*
+ * Does snap see key in m's table of done keys?  Then a statement on snap
+ * sees the group's new row and computes no row of it: the answer its gate
+ * (lf_live_pinned_gate) would give, found before its plan starts
+ * (compute.c, lf_compute_shortcut).  The caller holds a lock on the table.
+ */
+bool
+lf_live_done_at(LfMapping *m, Datum *key, Snapshot snap)
+{
+	LfDoneKeys	d;
+	bool		found;
+
+	d.rel = table_open(m->done_keys, AccessShareLock);
+	d.idx = index_open(linitial_oid(RelationGetIndexList(d.rel)), AccessShareLock);
+	d.slot = table_slot_create(d.rel, NULL);
+	found = probe(&d, m, key, snap);
+	ExecDropSingleTupleTableSlot(d.slot);
+	index_close(d.idx, AccessShareLock);
+	table_close(d.rel, AccessShareLock);
+	return found;
+}
+
+/*
+ * The values of a statement's pinned key (lf_live_pinned_values), computed
+ * with its parameters, into values and nulls (in *estate's memory: the
+ * caller frees it, if one was made).  Constants and parameters, what a key
+ * is pinned to almost always, are read without setting up an expression.
+ */
+void
+lf_live_eval_pinned(List *pinned, ParamListInfo params, EState **estate, Datum *values,
+					bool *nulls)
+{
+	ListCell   *lc;
+
+	foreach(lc, pinned)
+	{
+		Expr	   *e = lfirst(lc);
+		int			k = foreach_current_index(lc);
+
+		if (IsA(e, Const))
+		{
+			values[k] = ((Const *) e)->constvalue;
+			nulls[k] = ((Const *) e)->constisnull;
+			continue;
+		}
+		if (IsA(e, Param) && ((Param *) e)->paramkind == PARAM_EXTERN && params != NULL &&
+			((Param *) e)->paramid > 0 && ((Param *) e)->paramid <= params->numParams)
+		{
+			Param	   *p = (Param *) e;
+			ParamExternData workspace;
+			ParamExternData *prm = params->paramFetch ?
+				params->paramFetch(params, p->paramid, false, &workspace) :
+				&params->params[p->paramid - 1];
+
+			if (OidIsValid(prm->ptype) && prm->ptype == p->paramtype)
+			{
+				values[k] = prm->value;
+				nulls[k] = prm->isnull;
+				continue;
+			}
+		}
+		if (*estate == NULL)
+		{
+			*estate = CreateExecutorState();
+			(*estate)->es_param_list_info = params;
+		}
+		values[k] = ExecEvalExprSwitchContext(ExecPrepareExpr(e, *estate),
+											  GetPerTupleExprContext(*estate), &nulls[k]);
+	}
 }
 
 /*

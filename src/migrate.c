@@ -1705,18 +1705,6 @@ lf_migrate_rows(LfMigration *mig, Oid input, LfMapping *only, ItemPointer tids, 
  * found them (a lock taken since processed the invalidation: a worker's
  * completion of an earlier migration of a chain, say), which moved them.
  */
-/* The mapping of mig with this id, or NULL (also for 0) */
-static LfMapping *
-mapping_by_id(LfMigration *mig, int id)
-{
-	ListCell   *lc;
-
-	foreach(lc, mig->mappings)
-		if (id != 0 && ((LfMapping *) lfirst(lc))->id == id)
-			return lfirst(lc);
-	return NULL;
-}
-
 static bool
 migrate_set(TidSet *set)
 {
@@ -1726,7 +1714,7 @@ migrate_set(TidSet *set)
 
 	if (mig == NULL)
 		return false;
-	only = mapping_by_id(mig, set->mapping_id);
+	only = lf_mapping_by_id(mig, set->mapping_id);
 	tidset_sort_unique(set);
 	XactReadOnly = false;
 	PG_TRY();
@@ -1902,25 +1890,18 @@ pinned_group_migrated(List *item, LfMigration *mig, ParamListInfo params)
 	LfMapping  *m;
 	Datum		values[INDEX_MAX_KEYS];
 	bool		nulls[INDEX_MAX_KEYS];
-	EState	   *estate;
-	ExprContext *econtext;
-	ListCell   *lc;
+	EState	   *estate = NULL;
 	bool		migrated;
 
 	if (pinned == NIL)
 		return false;
-	m = mapping_by_id(mig, lf_item_mapping(item));
+	m = lf_mapping_by_id(mig, lf_item_mapping(item));
 	if (m == NULL || list_length(pinned) != m->nkeys)
 		return false;
-	estate = CreateExecutorState();
-	estate->es_param_list_info = params;
-	econtext = GetPerTupleExprContext(estate);
-	foreach(lc, pinned)
-		values[foreach_current_index(lc)] =
-			ExecEvalExprSwitchContext(ExecPrepareExpr(lfirst(lc), estate), econtext,
-									  &nulls[foreach_current_index(lc)]);
+	lf_live_eval_pinned(pinned, params, &estate, values, nulls);
 	migrated = lf_live_memo_migrated(m, values, nulls);
-	FreeExecutorState(estate);
+	if (estate)
+		FreeExecutorState(estate);
 	return migrated;
 }
 
@@ -2209,6 +2190,18 @@ lf_ExecutorStart(QueryDesc *qd, int eflags)
 				qd->plannedstmt = computed;
 				items = NIL;
 			}
+		}
+
+		/*
+		 * A computing plan whose groups qd's snapshot sees migrated: its
+		 * plain plan (EXPLAIN without ANALYZE shows what may compute).
+		 */
+		if (items == NIL && !(eflags & EXEC_FLAG_EXPLAIN_ONLY))
+		{
+			PlannedStmt *plain = lf_compute_shortcut(qd);
+
+			if (plain)
+				qd->plannedstmt = plain;
 		}
 		if (eflags & EXEC_FLAG_EXPLAIN_ONLY)
 			;					/* plain EXPLAIN migrates nothing */

@@ -1992,7 +1992,7 @@ lf_planner(Query *parse, const char *query_string, int cursorOptions,
 		return stmt;
 	collect_items(copy, targets, &cx);
 	items = plan_items(&cx, stmt, boundParams);
-	return items ? lf_wrap_plan(stmt, items, NIL, plain_read) : stmt;
+	return items ? lf_wrap_plan(stmt, items, NIL, plain_read, NIL) : stmt;
 }
 
 /*

@@ -50,14 +50,16 @@ lf_register_scan_methods(void)
 }
 
 /*
- * custom_private: (items, computes, query).  items: the relevance plans
- * (LfItemField); computes: EXPLAIN's lines for the new tables the plan
- * computes instead (compute.c); query: for a plain read planned the
+ * custom_private: (items, computes, query, shortcut).  items: the relevance
+ * plans (LfItemField); computes: EXPLAIN's lines for the new tables the
+ * plan computes instead (compute.c); query: for a plain read planned the
  * migrating way, its Query, which migrate.c plans the computing way when
- * the plan runs where it cannot migrate.
+ * the plan runs where it cannot migrate; shortcut: for a computing plan
+ * whose branches each pin one group, (pins, the plain plan) that runs
+ * instead when those groups are migrated (lf_compute_shortcut).
  */
 PlannedStmt *
-lf_wrap_plan(PlannedStmt *stmt, List *items, List *computes, Query *query)
+lf_wrap_plan(PlannedStmt *stmt, List *items, List *computes, Query *query, List *shortcut)
 {
 	Plan	   *child = stmt->planTree;
 	CustomScan *cs = makeNode(CustomScan);
@@ -93,7 +95,7 @@ lf_wrap_plan(PlannedStmt *stmt, List *items, List *computes, Query *query)
 	cs->scan.scanrelid = 0;
 	cs->flags = ExecSupportsBackwardScan(child) ? CUSTOMPATH_SUPPORT_BACKWARD_SCAN : 0;
 	cs->custom_scan_tlist = scan_tlist;
-	cs->custom_private = list_make3(items, computes, query);
+	cs->custom_private = list_make4(items, computes, query, shortcut);
 	cs->methods = &lf_scan_methods;
 	stmt->planTree = (Plan *) cs;
 	return stmt;
@@ -132,6 +134,15 @@ lf_plan_query(PlannedStmt *stmt)
 	List	   *priv = plan_private(stmt);
 
 	return priv ? lthird(priv) : NULL;
+}
+
+/* A computing plan's (pins, plain plan), or NIL */
+List *
+lf_plan_shortcut(PlannedStmt *stmt)
+{
+	List	   *priv = plan_private(stmt);
+
+	return priv ? lfourth(priv) : NIL;
 }
 
 /* The node's state: what it computes, for the CONTEXT line of errors */
