@@ -175,6 +175,10 @@ typedef struct LfMapping
 								 * the input's primary key, with done_keys of
 								 * its own (a live input only row mappings
 								 * read) */
+	/* of a mapping tracking a live input: columns its units' copies read */
+	bool		unit_cols_known;	/* unit_cols and unit_cols_all are set */
+	bool		unit_cols_all;	/* a whole row, a system or generated column */
+	Bitmapset  *unit_cols;		/* attribute numbers */
 } LfMapping;
 
 /*

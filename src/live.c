@@ -22,7 +22,8 @@
  *	- a BEFORE INSERT OR UPDATE OR DELETE row trigger on the table, internal
  *	  (pg_dump leaves it out), firing ALWAYS (replicas applying changes too),
  *	  that migrates the group of the old and of the new row first, in each
- *	  mapping.
+ *	  mapping; an UPDATE that changes neither the key nor any column the
+ *	  group's copy reads (unit_columns_changed) migrates nothing.
  *
  * A retired table (dropped by the script, or live and replaced) that
  * several GROUP BY or join mappings read is tracked the same way (start.c,
@@ -32,9 +33,9 @@
  * row of either side migrates the rows of both.
  *
  * So a row written after start() only ever lands in a group already
- * migrated, and an unmigrated group holds exactly its rows at start(): the
- * mapping reads them with the step's own snapshot, no copy of the table,
- * no frozen version.  Relevance and computing reads exclude the groups in D
+ * migrated, and an unmigrated group holds exactly its rows at start(), as
+ * far as its mappings read them: the mapping reads them with the step's own
+ * snapshot, no copy of the table, no frozen version.  Relevance and computing reads exclude the groups in D
  * (an anti-join, lf_live_unmigrated_query); the worker walks the table's
  * blocks; completion counts the rows whose key is not in D.
  *
@@ -1308,6 +1309,122 @@ lf_live_memo_migrated(LfMapping *m, Datum *values, bool *nulls)
 }
 
 /*
+ * The columns of the input a unit's copy reads: in the mapping query q
+ * (its input at range table index rti, at any level below), except the
+ * lf_ctid column of q itself.
+ */
+typedef struct UnitCols
+{
+	int			rti;
+	int			depth;
+	Bitmapset  *cols;
+	bool		all;			/* a whole row or a system column */
+} UnitCols;
+
+static bool
+unit_cols_walker(Node *node, UnitCols *uc)
+{
+	if (node == NULL)
+		return false;
+	if (IsA(node, Var))
+	{
+		Var		   *v = (Var *) node;
+
+		if (v->varno == uc->rti && v->varlevelsup == uc->depth)
+		{
+			if (v->varattno <= 0)
+				uc->all = true;
+			else
+				uc->cols = bms_add_member(uc->cols, v->varattno);
+		}
+		return false;
+	}
+	if (IsA(node, Query))
+	{
+		bool		r;
+
+		uc->depth++;
+		r = query_tree_walker((Query *) node, unit_cols_walker, uc, 0);
+		uc->depth--;
+		return r;
+	}
+	return expression_tree_walker(node, unit_cols_walker, uc);
+}
+
+static Bitmapset *
+bms_copy_in(MemoryContext cxt, Bitmapset *b)
+{
+	MemoryContext old = MemoryContextSwitchTo(cxt);
+	Bitmapset  *copy = bms_copy(b);
+
+	MemoryContextSwitchTo(old);
+	return copy;
+}
+
+static void
+add_unit_cols(LfMapping *m, int rti, UnitCols *uc)
+{
+	Query	   *q = copyObject(m->query);
+	TargetEntry *lf_ctid = list_nth(q->targetList, m->natts);
+
+	/* (the group's min(ctid), or the row's ctid: what relevance returns) */
+	lf_ctid->expr = (Expr *) makeNullConst(TIDOID, -1, InvalidOid);
+	uc->rti = rti;
+	uc->depth = 0;
+	(void) query_tree_walker(q, unit_cols_walker, uc, 0);
+}
+
+/*
+ * Does the update of old to new change a column that the copy of tracker
+ * m's units reads (its own mapping's, and those of the row mappings it
+ * carries: lf_keys_carrier)?  If not, the unit computed from the rows as
+ * they are is the unit as it was at start(), and the update need not
+ * migrate it (TPC-C's Delivery stamps an order's lines with their delivery
+ * date, which the order's total does not read).  A generated column counts
+ * as changed: a BEFORE trigger sees its old value.
+ */
+static bool
+unit_columns_changed(LfMigration *mig, LfMapping *m, TupleDesc desc, HeapTuple old, HeapTuple new)
+{
+	int			attno = -1;
+
+	if (!m->unit_cols_known)
+	{
+		UnitCols	uc = {0};
+		ListCell   *lc;
+
+		add_unit_cols(m, m->rtis[0], &uc);
+		foreach(lc, mig->mappings)
+		{
+			LfMapping  *r = lfirst(lc);
+
+			if (r != m && r->kind == LF_MAP_ROWS && lf_keys_carrier(mig, r) == m)
+				add_unit_cols(r, 1, &uc);
+		}
+		while ((attno = bms_next_member(uc.cols, attno)) >= 0)
+			uc.all |= attno > desc->natts || TupleDescAttr(desc, attno - 1)->attgenerated;
+		m->unit_cols = bms_copy_in(GetMemoryChunkContext(m), uc.cols);
+		m->unit_cols_all = uc.all;
+		m->unit_cols_known = true;
+	}
+	if (m->unit_cols_all)
+		return true;
+	attno = -1;
+	while ((attno = bms_next_member(m->unit_cols, attno)) >= 0)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, attno - 1);
+		bool		n1,
+					n2;
+		Datum		v1 = heap_getattr(old, attno, desc, &n1);
+		Datum		v2 = heap_getattr(new, attno, desc, &n2);
+
+		if (n1 != n2 || (!n1 && !datumIsEqual(v1, v2, att->attbyval, att->attlen)))
+			return true;
+	}
+	return false;
+}
+
+/*
  * The groups of the old and the new row of a write, in mapping m: migrate
  * them first.
  */
@@ -1342,7 +1459,11 @@ migrate_written_groups(LfMigration *mig, LfMapping *m, TriggerData *td, HeapTupl
 									RelationGetRelationName(td->tg_relation))));
 	}
 	if (has_old && has_new)
+	{
 		has_new = !lf_keys_equal(m, 0, desc, oldkey, newkey);
+		if (!has_new && !unit_columns_changed(mig, m, desc, td->tg_trigtuple, result))
+			return;
+	}
 	if (has_old && !memo_has(m, desc, oldkey))
 	{
 		lf_migrate_live_key(mig, m, oldkey);
