@@ -45,6 +45,8 @@
 #define LF_COMPLETE_STEP 10000
 /* ... and first walks a table tracked by keys in ranges of this many blocks */
 #define LF_COMPLETE_BLOCKS 64
+/* ... and walks the inputs at most this many times (lf_complete_now) */
+#define LF_COMPLETE_PASSES 100
 
 /*
  * Rows of a retired table that snap sees; with tids, their tids, at most
@@ -482,6 +484,49 @@ lf_try_complete(LfMigration *mig, List **analyze_later)
 }
 
 /*
+ * complete()'s walk of one input, from its first block to its last,
+ * migrating the rows not migrated (first: a live input keyed by its primary
+ * key is claimed by ranges first, claim_ranges).  False if the migration
+ * completed meanwhile.
+ */
+static bool
+walk_input(int id, Oid input, bool first, ItemPointerData *tids)
+{
+	BlockNumber from = 0;
+	LfMigration *mig;
+	LfMapping  *um;
+
+	lf_cache_load();
+	if ((mig = lf_migration_by_id(id)) == NULL)
+		return false;
+	if (first && (um = lf_unit_mapping(mig, input)) != NULL && um->row_keys)
+		claim_ranges(id, input);
+	for (;;)
+	{
+		Snapshot	snap;
+		uint64		n;
+
+		CHECK_FOR_INTERRUPTS();
+		if (!lf_lock_input_if_exists(input, AccessShareLock))
+			return true;
+		CommandCounterIncrement();
+		snap = RegisterSnapshot(GetTransactionSnapshot());
+		lf_cache_load();
+		mig = lf_migration_by_id(id);
+		if (mig == NULL)
+		{
+			UnregisterSnapshot(snap);
+			return false;
+		}
+		n = next_unmigrated(mig, input, snap, &from, tids, LF_COMPLETE_STEP);
+		UnregisterSnapshot(snap);
+		if (n == 0)
+			return true;
+		(void) lf_migrate_rows(mig, input, NULL, tids, (int) n);
+	}
+}
+
+/*
  * Migrate every row left now, in the caller's transaction, waiting for rows
  * other transactions are migrating (lf_migrate_rows), and complete the
  * migration: leapfrog.complete().
@@ -516,45 +561,28 @@ lf_complete_now(LfMigration *mig)
 		}
 	}
 
-	foreach(lc, inputs)
+	/*
+	 * Walk each input from its first block to its last; then, if rows are
+	 * left, walk again.  A live input's row may move behind the walk: an
+	 * UPDATE that changes no column a mapping reads leaves its group
+	 * unmigrated (live.c, unit_columns_changed), and its new version may
+	 * land in a block walked already.  Every other write of a live input
+	 * migrates the row's group first, so what a walk can miss shrinks.
+	 */
+	for (int pass = 1;; pass++)
 	{
-		Oid			input = lfirst_oid(lc);
-		BlockNumber from = 0;
-		LfMapping  *um;
-
-		lf_cache_load();
-		if ((mig = lf_migration_by_id(id)) == NULL)
-			return;				/* completed meanwhile */
-		if ((um = lf_unit_mapping(mig, input)) != NULL && um->row_keys)
-			claim_ranges(id, input);
-		for (;;)
+		foreach(lc, inputs)
 		{
-			Snapshot	snap;
-			uint64		n;
-
-			CHECK_FOR_INTERRUPTS();
-			if (!lf_lock_input_if_exists(input, AccessShareLock))
-				break;
-			CommandCounterIncrement();
-			snap = RegisterSnapshot(GetTransactionSnapshot());
-			lf_cache_load();
-			mig = lf_migration_by_id(id);
-			if (mig == NULL)
-			{
-				UnregisterSnapshot(snap);
+			if (!walk_input(id, lfirst_oid(lc), pass == 1, tids))
 				return;			/* completed meanwhile */
-			}
-			n = next_unmigrated(mig, input, snap, &from, tids, LF_COMPLETE_STEP);
-			UnregisterSnapshot(snap);
-			if (n == 0)
-				break;
-			(void) lf_migrate_rows(mig, input, NULL, tids, (int) n);
 		}
+		lf_cache_load();
+		mig = lf_migration_by_id(id);
+		if (mig == NULL || lf_try_complete(mig, NULL))
+			return;
+		if (pass == LF_COMPLETE_PASSES || mig->live == NIL)
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("migration \"%s\" still has unmigrated rows", name)));
 	}
-	lf_cache_load();
-	mig = lf_migration_by_id(id);
-	if (mig && !lf_try_complete(mig, NULL))
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("migration \"%s\" still has unmigrated rows", name)));
 }
