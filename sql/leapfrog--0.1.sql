@@ -149,6 +149,15 @@ RETURNS boolean
 AS 'MODULE_PATHNAME', 'leapfrog_sees_start'
 LANGUAGE C STABLE PARALLEL SAFE;
 
+-- Internal: is the group of these key values migrated in the mapping, to
+-- the statement's snapshot?  The gate of a read that pins one group of a
+-- mapping tracked by keys (src/live.c); the caller must be allowed to read
+-- the mapping's new table.
+CREATE FUNCTION leapfrog.group_migrated(mapping_id int, VARIADIC key "any")
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'leapfrog_group_migrated'
+LANGUAGE C STRICT STABLE PARALLEL SAFE;
+
 -- Internal: the row trigger of a live input tracked in place (src/live.c):
 -- a write of one of its rows first migrates the row's group, old and new.
 CREATE FUNCTION leapfrog.live_input_trigger()

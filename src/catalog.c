@@ -403,25 +403,28 @@ load_mapping(HeapTuple tup, TupleDesc desc)
 	Oid			target = DatumGetObjectId(heap_getattr(tup, Anum_mapping_target_relid, desc, &isnull));
 	LfMigration *m = lf_migration_by_id(mig_id);
 	LfMapping  *map;
+	bool		recent = false;
 
 	if (!m)
 	{
 		/*
-		 * A recently completed migration: only its targets matter, and which
-		 * of them replace an input altered in place (snapshot.c).
+		 * A recently completed migration: its targets, and which of them
+		 * replace an input altered in place (snapshot.c); and its mappings,
+		 * whose tables of done keys a statement that began before the
+		 * completion still reads (leapfrog.group_migrated).
 		 */
 		m = migration_in(lf_recent_done, mig_id);
-		if (m)
-		{
-			m->targets = list_append_unique_oid(m->targets, target);
-			if (list_member_oid(m->in_place,
-								DatumGetObjectId(heap_getattr(tup, Anum_mapping_input_relid,
-															  desc, &isnull))))
-				m->in_place_targets = list_append_unique_oid(m->in_place_targets, target);
-		}
-		return;
+		if (m == NULL)
+			return;
+		m->targets = list_append_unique_oid(m->targets, target);
+		if (list_member_oid(m->in_place,
+							DatumGetObjectId(heap_getattr(tup, Anum_mapping_input_relid,
+														  desc, &isnull))))
+			m->in_place_targets = list_append_unique_oid(m->in_place_targets, target);
+		recent = true;
 	}
-	m->targets = list_append_unique_oid(m->targets, target);
+	else
+		m->targets = list_append_unique_oid(m->targets, target);
 	map = palloc0(sizeof(LfMapping));
 	map->id = DatumGetInt32(heap_getattr(tup, Anum_mapping_id, desc, &isnull));
 	map->input = DatumGetObjectId(heap_getattr(tup, Anum_mapping_input_relid, desc, &isnull));
@@ -431,7 +434,7 @@ load_mapping(HeapTuple tup, TupleDesc desc)
 	map->natts = lf_mapping_natts(map->query);
 	(void) lf_describe_units(map);
 	map->done_keys = mapping_done_keys(tup, desc, m, map);
-	if (OidIsValid(map->done_keys))
+	if (OidIsValid(map->done_keys) && !recent)
 		m->live_keys = list_append_unique_oid(m->live_keys, map->done_keys);
 	m->mappings = lappend(m->mappings, map);
 }

@@ -664,9 +664,9 @@ lf_compute_plan(Query *parse, const char *query_string, int cursorOptions,
  * statement as written, on the new tables alone, reads the same rows.
  * Their set-up was most of a key read's cost: TPC-C's Delivery reads an
  * order's total just after its UPDATE of the order's lines migrated it.
- * The trigger's memo says which groups to look up; the snapshot decides (a
- * function of the writing statement reads on a snapshot that cannot see
- * the group it migrated).
+ * The snapshot decides, not the trigger's memo of the groups this
+ * transaction migrated: a function of the writing statement reads on a
+ * snapshot that cannot see the group it migrated.
  */
 PlannedStmt *
 lf_compute_shortcut(QueryDesc *qd)
@@ -699,12 +699,8 @@ lf_compute_shortcut(QueryDesc *qd)
 			all &= !nulls[k];
 		key[m->nkeys] = UInt32GetDatum(0);
 
-		/*
-		 * Only a group this transaction's writes just migrated is looked up:
-		 * a read of a group not migrated would pay the probe twice.
-		 */
-		if (!all || !lf_live_memo_migrated(m, key, nulls) ||
-			!lf_live_done_at(m, key, qd->snapshot))
+		/* (a group not migrated: the gate finds the answer, lf_live_done_at) */
+		if (!all || !lf_live_done_at(m, key, qd->snapshot))
 		{
 			all = false;
 			break;

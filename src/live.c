@@ -80,6 +80,7 @@
 #include "access/relation.h"
 #include "access/table.h"
 #include "access/tableam.h"
+#include "access/xact.h"
 #include "catalog/dependency.h"
 #include "catalog/index.h"
 #include "catalog/indexing.h"
@@ -95,13 +96,17 @@
 #include "executor/executor.h"
 #include "executor/spi.h"
 #include "fmgr.h"
+#include "miscadmin.h"
 #include "nodes/makefuncs.h"
 #include "nodes/nodeFuncs.h"
 #include "optimizer/optimizer.h"
 #include "parser/parse_func.h"
 #include "parser/parsetree.h"
 #include "port/pg_bitutils.h"
+#include "rewrite/rewriteManip.h"
 #include "storage/lmgr.h"
+#include "storage/proc.h"
+#include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/datum.h"
 #include "utils/fmgroids.h"
@@ -592,8 +597,9 @@ lf_live_unmigrated_query(LfMapping *m)
 /*
  * A statement that pins every key column of live mapping m's target to a
  * value (target.k = <expression without Vars>, with the key's own equality
- * and collation) reads one group: NOT EXISTS (SELECT FROM done_keys WHERE
- * d.k1 = value1 AND ...), for the branch that computes it from the input
+ * and collation) reads one group: NOT leapfrog.group_migrated(m, value1,
+ * ...) (or NOT EXISTS (SELECT FROM done_keys WHERE d.k1 = value1 AND ...)
+ * without that function), for the branch that computes it from the input
  * (compute.c), or NULL if the conditions do not pin every key column.
  * The planner runs it once, as a one-time filter, before the input's rows
  * are read: a migrated group costs one probe of the done keys, not a read
@@ -606,10 +612,33 @@ Node *
 lf_live_pinned_gate(LfMapping *m, List *conds, int varno)
 {
 	Expr	   *rhs[INDEX_MAX_KEYS];
+	Oid			argtypes[2] = {INT4OID, ANYOID};
+	Oid			fn;
+	List	   *args;
 
 	if (!pinned_key(m, conds, varno, rhs))
 		return NULL;
-	return (Node *) makeBoolExpr(NOT_EXPR, list_make1(done_keys_exists(m, rhs)), -1);
+
+	/*
+	 * leapfrog.group_migrated(mapping, key...): one probe, no sub-plan to
+	 * set up, and the answer the executor start may have found already
+	 * (lf_live_done_at).  A database that ran an earlier build of 0.1 may
+	 * lack the function: the sub-query then.
+	 */
+	fn = LookupFuncName(list_make2(makeString("leapfrog"), makeString("group_migrated")), 2,
+						argtypes, true);
+	for (int k = 0; k < m->nkeys && OidIsValid(fn); k++)
+		if (exprType((Node *) rhs[k]) != get_atttype(m->inputs[0], m->keys[0][k]))
+			fn = InvalidOid;
+	if (!OidIsValid(fn))
+		return (Node *) makeBoolExpr(NOT_EXPR, list_make1(done_keys_exists(m, rhs)), -1);
+	args = list_make1(makeConst(INT4OID, -1, InvalidOid, 4, Int32GetDatum(m->id), false, true));
+	for (int k = 0; k < m->nkeys; k++)
+		args = lappend(args, rhs[k]);
+	return (Node *) makeBoolExpr(NOT_EXPR,
+								 list_make1(makeFuncExpr(fn, BOOLOID, args, InvalidOid,
+														 InvalidOid, COERCE_EXPLICIT_CALL)),
+								 -1);
 }
 
 /*
@@ -727,7 +756,7 @@ void
 lf_live_pin(Query *sub, LfMapping *m, Node *gate)
 {
 	sub->jointree->quals = make_and_qual(copyObject(m->query->jointree->quals), gate);
-	sub->hasSubLinks = true;
+	sub->hasSubLinks = m->query->hasSubLinks || checkExprHasSubLink(gate);
 }
 
 /* ---------------------------------------------------------------------
@@ -994,10 +1023,142 @@ lf_live_claim_nowait(LfDoneKeys *d, LfMapping *m, Datum *key, bool look_first)
 }
 
 /*
- * Does snap see key in m's table of done keys?  Then a statement on snap
- * sees the group's new row and computes no row of it: the answer its gate
- * (lf_live_pinned_gate) would give, found before its plan starts
- * (compute.c, lf_compute_shortcut).  The caller holds a lock on the table.
+ * The gate's answers (leapfrog.group_migrated) for the statements running
+ * now: the executor start of a read that pins groups looks them up
+ * (compute.c, lf_compute_shortcut), and the gates of its computing plan, on
+ * the same snapshot, find the answers here instead of looking again.  A
+ * snapshot is told apart by what decides what it sees: the transaction, its
+ * xmin, xmax, command and transactions in progress (the executor runs on a
+ * copy of the snapshot its start was given).  Forgotten at the end of the
+ * transaction, and when a subtransaction aborts (a key it inserted goes
+ * with it).
+ */
+#define LF_GATE_SLOTS 8
+
+typedef struct GateAnswer
+{
+	Oid			keys;			/* the table of done keys; InvalidOid: free */
+	LocalTransactionId lxid;
+	TransactionId xmin;
+	TransactionId xmax;
+	CommandId	curcid;
+	uint32		xcnt;
+	TransactionId *xip;			/* in TopTransactionContext */
+	int32		subxcnt;
+	bool		suboverflowed;
+	TransactionId *subxip;
+	int			nkeys;
+	Datum		key[INDEX_MAX_KEYS];	/* in TopTransactionContext */
+	bool		byval[INDEX_MAX_KEYS];
+	int16		len[INDEX_MAX_KEYS];
+	bool		migrated;
+} GateAnswer;
+
+static GateAnswer gate_answers[LF_GATE_SLOTS];
+static int	gate_next;
+
+static void
+gate_forget(void)
+{
+	for (int i = 0; i < LF_GATE_SLOTS; i++)
+		gate_answers[i].keys = InvalidOid;
+}
+
+static void
+gate_forget_xact(XactEvent event, void *arg)
+{
+	gate_forget();
+}
+
+static void
+gate_forget_subxact(SubXactEvent event, SubTransactionId mySubid,
+					SubTransactionId parentSubid, void *arg)
+{
+	if (event == SUBXACT_EVENT_ABORT_SUB)
+		gate_forget();
+}
+
+/* Can a snapshot's answers be kept: an MVCC one, its arrays not too long? */
+#define LF_GATE_XIDS 256
+static bool
+gate_keeps(Snapshot snap)
+{
+	return snap->snapshot_type == SNAPSHOT_MVCC && snap->xcnt <= LF_GATE_XIDS &&
+		snap->subxcnt >= 0 && snap->subxcnt <= LF_GATE_XIDS;
+}
+
+/* The subtransactions in snap's array (none copied once it overflowed) */
+static int
+gate_subxids(Snapshot snap)
+{
+	return snap->suboverflowed && !snap->takenDuringRecovery ? 0 : snap->subxcnt;
+}
+
+static bool
+gate_same(GateAnswer *a, LfMapping *m, Datum *key, Snapshot snap)
+{
+	if (a->keys != m->done_keys || a->lxid != MyProc->lxid || a->xmin != snap->xmin ||
+		a->xmax != snap->xmax || a->curcid != snap->curcid || a->xcnt != snap->xcnt ||
+		a->subxcnt != snap->subxcnt || a->suboverflowed != snap->suboverflowed ||
+		a->nkeys != m->nkeys ||
+		(snap->xcnt > 0 && memcmp(a->xip, snap->xip, sizeof(TransactionId) * snap->xcnt) != 0) ||
+		(gate_subxids(snap) > 0 &&
+		 memcmp(a->subxip, snap->subxip, sizeof(TransactionId) * gate_subxids(snap)) != 0))
+		return false;
+	for (int k = 0; k < m->nkeys; k++)
+		if (!datumIsEqual(a->key[k], key[k], a->byval[k], a->len[k]))
+			return false;
+	return true;
+}
+
+static void
+gate_remember(LfMapping *m, Datum *key, Snapshot snap, TupleDesc desc, bool migrated)
+{
+	static bool registered = false;
+	GateAnswer *a = &gate_answers[gate_next];
+	MemoryContext old;
+
+	if (!registered)
+	{
+		RegisterXactCallback(gate_forget_xact, NULL);
+		RegisterSubXactCallback(gate_forget_subxact, NULL);
+		registered = true;
+	}
+	gate_next = (gate_next + 1) % LF_GATE_SLOTS;
+	old = MemoryContextSwitchTo(TopTransactionContext);
+	for (int k = 0; k < m->nkeys; k++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, k);
+
+		a->byval[k] = att->attbyval;
+		a->len[k] = att->attlen;
+		a->key[k] = datumCopy(key[k], att->attbyval, att->attlen);
+	}
+	a->xcnt = snap->xcnt;
+	a->xip = palloc(sizeof(TransactionId) * Max(snap->xcnt, 1));
+	if (snap->xcnt > 0)
+		memcpy(a->xip, snap->xip, sizeof(TransactionId) * snap->xcnt);
+	a->subxcnt = snap->subxcnt;
+	a->subxip = palloc(sizeof(TransactionId) * Max(gate_subxids(snap), 1));
+	if (gate_subxids(snap) > 0)
+		memcpy(a->subxip, snap->subxip, sizeof(TransactionId) * gate_subxids(snap));
+	MemoryContextSwitchTo(old);
+	a->suboverflowed = snap->suboverflowed;
+	a->nkeys = m->nkeys;
+	a->lxid = MyProc->lxid;
+	a->xmin = snap->xmin;
+	a->xmax = snap->xmax;
+	a->curcid = snap->curcid;
+	a->migrated = migrated;
+	a->keys = m->done_keys;
+}
+
+/*
+ * Does snap see key (no NULLs) in m's table of done keys?  Then a statement
+ * on snap sees the group's new row and computes no row of it: the answer
+ * of its gate (lf_live_pinned_gate), which it may have found before its
+ * plan started (compute.c, lf_compute_shortcut).  The caller holds a lock
+ * on the table.
  */
 bool
 lf_live_done_at(LfMapping *m, Datum *key, Snapshot snap)
@@ -1005,14 +1166,63 @@ lf_live_done_at(LfMapping *m, Datum *key, Snapshot snap)
 	LfDoneKeys	d;
 	bool		found;
 
+	for (int i = 0; gate_keeps(snap) && i < LF_GATE_SLOTS; i++)
+		if (gate_same(&gate_answers[i], m, key, snap))
+			return gate_answers[i].migrated;
 	d.rel = table_open(m->done_keys, AccessShareLock);
 	d.idx = index_open(linitial_oid(RelationGetIndexList(d.rel)), AccessShareLock);
 	d.slot = table_slot_create(d.rel, NULL);
 	found = probe(&d, m, key, snap);
+	if (gate_keeps(snap))
+		gate_remember(m, key, snap, RelationGetDescr(d.rel), found);
 	ExecDropSingleTupleTableSlot(d.slot);
 	index_close(d.idx, AccessShareLock);
 	table_close(d.rel, AccessShareLock);
 	return found;
+}
+
+/*
+ * leapfrog.group_migrated(mapping, VARIADIC key "any"): the gate of a
+ * statement that pins one group of a mapping tracked by keys, on the
+ * statement's snapshot.  Whoever may read the mapping's new table may ask.
+ */
+PG_FUNCTION_INFO_V1(leapfrog_group_migrated);
+Datum
+leapfrog_group_migrated(PG_FUNCTION_ARGS)
+{
+	int			id = PG_GETARG_INT32(0);
+	LfMapping  *m = NULL;
+	Datum		key[LF_KEY_MAX];
+	ListCell   *lc;
+
+	/*
+	 * Its migration, or one completed since the statement began (its
+	 * snapshot must still find the keys: the statement's lock on the live
+	 * input keeps the table of done keys from being dropped).
+	 */
+	(void) lf_any_active();
+	foreach(lc, list_concat_copy(lf_active, lf_recent_done))
+	{
+		if ((m = lf_mapping_by_id(lfirst(lc), id)) != NULL)
+			break;
+	}
+	if (m == NULL || !OidIsValid(m->done_keys) || PG_NARGS() != m->nkeys + 1)
+		elog(ERROR, "leapfrog: no mapping %d tracked by keys with %d key columns", id,
+			 PG_NARGS() - 1);
+	if (fcinfo->flinfo->fn_extra != (void *) (uintptr_t) GetUserId())
+	{
+		if (pg_class_aclcheck(m->target, GetUserId(), ACL_SELECT) != ACLCHECK_OK)
+			aclcheck_error(ACLCHECK_NO_PRIV, OBJECT_TABLE, get_rel_name(m->target));
+		for (int k = 0; k < m->nkeys; k++)
+			if (get_fn_expr_argtype(fcinfo->flinfo, k + 1) !=
+				get_atttype(m->inputs[0], m->keys[0][k]))
+				elog(ERROR, "leapfrog: key column %d of mapping %d has another type", k + 1, id);
+		fcinfo->flinfo->fn_extra = (void *) (uintptr_t) GetUserId();
+	}
+	for (int k = 0; k < m->nkeys; k++)
+		key[k] = PG_GETARG_DATUM(k + 1);
+	key[m->nkeys] = UInt32GetDatum(0);
+	PG_RETURN_BOOL(lf_live_done_at(m, key, GetActiveSnapshot()));
 }
 
 /*

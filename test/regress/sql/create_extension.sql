@@ -130,6 +130,7 @@ BEGIN
         -- a retired table, its indexes, the migration's id
         line := regexp_replace(line, '\mm\d+_\d+_', '', 'g');
         line := regexp_replace(line, '\mm\d+_\d+\M', 'retired_index', 'g');
+        line := regexp_replace(line, 'group_migrated\(\d+', 'group_migrated(N', 'g');
         RETURN NEXT regexp_replace(line, 'sees_start\(\d+', 'sees_start(N', 'g');
     END LOOP;
 END $$;
