@@ -35,9 +35,12 @@
  * So a row written after start() only ever lands in a group already
  * migrated, and an unmigrated group holds exactly its rows at start(), as
  * far as its mappings read them: the mapping reads them with the step's own
- * snapshot, no copy of the table, no frozen version.  Relevance and computing reads exclude the groups in D
- * (an anti-join, lf_live_unmigrated_query); the worker walks the table's
- * blocks; completion counts the rows whose key is not in D.
+ * snapshot, no copy of the table, no frozen version.  Relevance and
+ * computing reads exclude the groups in D (an anti-join,
+ * lf_live_unmigrated_query, or for one pinned group the gate,
+ * leapfrog.group_migrated); the worker walks the table's blocks;
+ * completion counts the rows whose key is not in D (and walks again what an
+ * UPDATE moved behind its walk, complete.c).
  *
  * Locking rules.
  *	- A claim of a key (lf_live_claim) looks for it in D with a dirty
