@@ -1067,19 +1067,7 @@ gate_forget(void)
 		gate_answers[i].keys = InvalidOid;
 }
 
-static void
-gate_forget_xact(XactEvent event, void *arg)
-{
-	gate_forget();
-}
-
-static void
-gate_forget_subxact(SubXactEvent event, SubTransactionId mySubid,
-					SubTransactionId parentSubid, void *arg)
-{
-	if (event == SUBXACT_EVENT_ABORT_SUB)
-		gate_forget();
-}
+static void forget_when_xact_ends(void);
 
 /* Can a snapshot's answers be kept: an MVCC one, its arrays not too long? */
 #define LF_GATE_XIDS 256
@@ -1117,16 +1105,10 @@ gate_same(GateAnswer *a, LfMapping *m, Datum *key, Snapshot snap)
 static void
 gate_remember(LfMapping *m, Datum *key, Snapshot snap, TupleDesc desc, bool migrated)
 {
-	static bool registered = false;
 	GateAnswer *a = &gate_answers[gate_next];
 	MemoryContext old;
 
-	if (!registered)
-	{
-		RegisterXactCallback(gate_forget_xact, NULL);
-		RegisterSubXactCallback(gate_forget_subxact, NULL);
-		registered = true;
-	}
+	forget_when_xact_ends();
 	gate_next = (gate_next + 1) % LF_GATE_SLOTS;
 	old = MemoryContextSwitchTo(TopTransactionContext);
 	for (int k = 0; k < m->nkeys; k++)
@@ -1430,18 +1412,39 @@ memo_forget(void)
 		memo[i].keys = InvalidOid;
 }
 
+/*
+ * The memo and the gate's answers go at the end of the transaction, and
+ * when a subtransaction aborts (a claim, a key, may go with it).
+ */
 static void
-memo_forget_xact(XactEvent event, void *arg)
+forget_xact(XactEvent event, void *arg)
 {
 	memo_forget();
+	gate_forget();
 }
 
 static void
-memo_forget_subxact(SubXactEvent event, SubTransactionId mySubid,
-					SubTransactionId parentSubid, void *arg)
+forget_subxact(SubXactEvent event, SubTransactionId mySubid,
+			   SubTransactionId parentSubid, void *arg)
 {
 	if (event == SUBXACT_EVENT_ABORT_SUB)
+	{
 		memo_forget();
+		gate_forget();
+	}
+}
+
+static void
+forget_when_xact_ends(void)
+{
+	static bool registered = false;
+
+	if (!registered)
+	{
+		RegisterXactCallback(forget_xact, NULL);
+		RegisterSubXactCallback(forget_subxact, NULL);
+		registered = true;
+	}
 }
 
 /* m's slot: its own, else a free one, else the last */
@@ -1471,16 +1474,10 @@ memo_has(LfMapping *m, TupleDesc desc, Datum *key)
 static void
 memo_remember(LfMapping *m, TupleDesc desc, Datum *key)
 {
-	static bool registered = false;
 	KeyMemo    *mm = memo_slot(m);
 	MemoryContext old;
 
-	if (!registered)
-	{
-		RegisterXactCallback(memo_forget_xact, NULL);
-		RegisterSubXactCallback(memo_forget_subxact, NULL);
-		registered = true;
-	}
+	forget_when_xact_ends();
 	if (OidIsValid(mm->keys))
 		for (int k = 0; k < mm->nkeys; k++)
 			if (mm->byref[k])
