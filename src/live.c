@@ -1142,8 +1142,8 @@ gate_remember(LfMapping *m, Datum *key, Snapshot snap, TupleDesc desc, bool migr
  * Does snap see key (no NULLs) in m's table of done keys?  Then a statement
  * on snap sees the group's new row and computes no row of it: the answer
  * of its gate (lf_live_pinned_gate), which it may have found before its
- * plan started (compute.c, lf_compute_shortcut).  The caller holds a lock
- * on the table.
+ * plan started (compute.c, lf_compute_shortcut).  The table is locked
+ * here; the caller's lock on the live input keeps it from being dropped.
  */
 bool
 lf_live_done_at(LfMapping *m, Datum *key, Snapshot snap)
@@ -1186,11 +1186,12 @@ leapfrog_group_migrated(PG_FUNCTION_ARGS)
 	 * input keeps the table of done keys from being dropped).
 	 */
 	(void) lf_any_active();
-	foreach(lc, list_concat_copy(lf_active, lf_recent_done))
-	{
-		if ((m = lf_mapping_by_id(lfirst(lc), id)) != NULL)
-			break;
-	}
+	foreach(lc, lf_active)
+		if (m == NULL)
+			m = lf_mapping_by_id(lfirst(lc), id);
+	foreach(lc, lf_recent_done)
+		if (m == NULL)
+			m = lf_mapping_by_id(lfirst(lc), id);
 	if (m == NULL || !OidIsValid(m->done_keys) || PG_NARGS() != m->nkeys + 1)
 		elog(ERROR, "leapfrog: no mapping %d tracked by keys with %d key columns", id,
 			 PG_NARGS() - 1);
