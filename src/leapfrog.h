@@ -16,12 +16,16 @@
  *	estimate.c	planner size estimates of new tables while they fill
  *	scan.c		the LeapfrogMigrate custom scan that carries that plan
  *	migrate.c	ExecutorStart hook and the row migration step itself
+ *	rowcopy.c	a step's copy of its rows into a row mapping's target, without
+ *				starting the INSERT's plan
  *	units.c		units of group and join mappings: their keys and their rows
  *	live.c		inputs that stay live, tracked in place: migrated keys, claims,
  *				the row trigger
  *	progress.c	the progress log: rows each transaction migrated
  *	complete.c	rows left, and the completion of a migration
  *	worker.c	launcher and per-database background workers
+ *	pacing.c	how much CPU the workers take: what the server leaves spare,
+ *				never less than a floor
  *	utility.c	ProcessUtility hook: DDL guard on tables under migration
  *	api.c		leapfrog.complete(), wait(), remaining()
  *	failed.c	rows that cannot be migrated: listing, correction, quarantine,
@@ -472,6 +476,9 @@ typedef struct LfClaim
 extern uint64 lf_migrate_range(LfMigration *mig, Oid input, BlockNumber lo, BlockNumber hi,
 							   LfClaim *claim);
 extern void lf_migrate_live_key(LfMigration *mig, LfMapping *m, Datum *key);
+
+/* rowcopy.c */
+extern bool lf_copy_rows(PlannedStmt *ps, Snapshot snap, ParamListInfo params, uint64 *copied);
 
 /* progress.c */
 extern void lf_progress_add(int migration_id, uint64 n);

@@ -816,7 +816,8 @@ copy_claimed(LfMigration *mig, StepPlan *sp, Snapshot snap, ParamListInfo params
 			(int64) counts[0] * counts[1] <= LF_FEW_PAIRS)
 			ps = sp->few_rows;
 		CommandCounterIncrement();
-		copied = run_plan(ps, "leapfrog migrate", snap, params, None_Receiver);
+		if (!lf_copy_rows(ps, snap, params, &copied))
+			copied = run_plan(ps, "leapfrog migrate", snap, params, None_Receiver);
 
 		/* a mapping without a filter copies every claimed row, or none is lost */
 		if (lfirst_int(lu) && copied != (uint64) counts[lfirst_int(lu) - 1])

@@ -1,0 +1,253 @@
+/*-------------------------------------------------------------------------
+ * rowcopy.c
+ *	  A migration step's copy of claimed rows into a row mapping's target,
+ *	  without starting the INSERT's plan.
+ *
+ * A step copies the rows it claimed with the plan of INSERT INTO target
+ * SELECT <mapping> FROM input WHERE <filter> AND ctid = ANY ($n)
+ * (migrate.c).  A statement's step copies one row or a few, and starting
+ * and ending that plan was most of its cost: the split's step of one
+ * customer started two plans, about 110k instructions, for two heap and
+ * two index insertions.  This file runs the same plan's parts directly: it
+ * fetches each row the plan's scan would (the tids, sorted, with the same
+ * snapshot), evaluates the scan's filter and projection (the planner's
+ * expressions: the INSERT's defaults and coercions included), and inserts
+ * the result as logical replication applies a row
+ * (ExecSimpleRelationInsert: stored generated columns, constraints, the
+ * partition constraint of a partition, indexes).
+ *
+ * Only a plan of exactly that shape qualifies, into a table without INSERT
+ * triggers (statement triggers and the after-trigger queue belong to the
+ * executor; a foreign key and a deferrable unique constraint are such
+ * triggers), without RETURNING, ON CONFLICT, WITH CHECK OPTION (row-level
+ * security) or sub-plans.  Otherwise, and in a read-only or parallel
+ * transaction (the executor's errors), the caller runs the plan.  The
+ * permission checks are the executor's (ExecCheckRTPerms, on every call).
+ *
+ * Locking: none of its own.  The caller holds what the plan's execution
+ * would: the plan's relations (migrate.c, lock_plan_relations) and the
+ * claimed rows (deleted by its transaction).
+ *-------------------------------------------------------------------------
+ */
+#include "leapfrog.h"
+
+#include "access/tableam.h"
+#include "executor/executor.h"
+#include "nodes/nodeFuncs.h"
+#include "storage/bufmgr.h"
+#include "utils/array.h"
+#include "utils/rel.h"
+#include "utils/snapmgr.h"
+
+/* The $n of ctid = ANY ($n) on the scan's relation, or 0 */
+static int
+ctid_param(Node *clause, Index scanrelid)
+{
+	ScalarArrayOpExpr *saop = (ScalarArrayOpExpr *) clause;
+	Var		   *ctid;
+	Param	   *p;
+
+	if (!IsA(saop, ScalarArrayOpExpr) || !saop->useOr || list_length(saop->args) != 2)
+		return 0;
+	ctid = linitial(saop->args);
+	p = lsecond(saop->args);
+	if (!IsA(ctid, Var) || ctid->varno != scanrelid ||
+		ctid->varattno != SelfItemPointerAttributeNumber ||
+		!IsA(p, Param) || p->paramkind != PARAM_EXTERN)
+		return 0;
+	return p->paramid;
+}
+
+static bool
+exec_param(Node *node, void *context)
+{
+	if (node == NULL)
+		return false;
+	if (IsA(node, Param) && ((Param *) node)->paramkind != PARAM_EXTERN)
+		return true;
+	return expression_tree_walker(node, exec_param, context);
+}
+
+/*
+ * The scan under the plan's ModifyTable, and the $n of its ctid = ANY
+ * ($n), if the plan is INSERT ... SELECT ... WHERE ctid = ANY ($n) and
+ * nothing more; else NULL.  The scan is a TidScan, or a SeqScan where the
+ * input was small when the step was planned (ctid = ANY among its quals).
+ */
+static Scan *
+copy_scan(PlannedStmt *ps, int *paramid)
+{
+	ModifyTable *mt;
+	Plan	   *scan;
+	ListCell   *lc;
+
+	if (ps->commandType != CMD_INSERT || ps->hasReturning || ps->hasModifyingCTE ||
+		ps->subplans != NIL || ps->rowMarks != NIL ||
+		!IsA(ps->planTree, ModifyTable))
+		return NULL;
+	mt = (ModifyTable *) ps->planTree;
+	if (mt->operation != CMD_INSERT || list_length(mt->resultRelations) != 1 ||
+		mt->returningLists != NIL || mt->withCheckOptionLists != NIL ||
+		mt->onConflictAction != ONCONFLICT_NONE || mt->rootRelation != 0 ||
+		mt->plan.initPlan != NIL || outerPlan(mt) == NULL)
+		return NULL;
+	scan = outerPlan(mt);
+	/* (ModifyTable's EvalPlanQual parameter is the only PARAM_EXEC) */
+	if (scan->initPlan != NIL || exec_param((Node *) scan->targetlist, NULL) ||
+		exec_param((Node *) scan->qual, NULL))
+		return NULL;
+	*paramid = 0;
+	if (IsA(scan, TidScan))
+	{
+		TidScan    *ts = (TidScan *) scan;
+
+		if (list_length(ts->tidquals) == 1)
+			*paramid = ctid_param(linitial(ts->tidquals), ts->scan.scanrelid);
+	}
+	else if (IsA(scan, SeqScan))
+	{
+		foreach(lc, scan->qual)
+			if ((*paramid = ctid_param(lfirst(lc), ((Scan *) scan)->scanrelid)) > 0)
+				break;
+	}
+	return *paramid > 0 ? (Scan *) scan : NULL;
+}
+
+static int
+tid_order(const void *a, const void *b)
+{
+	return ItemPointerCompare((ItemPointer) a, (ItemPointer) b);
+}
+
+/* The tids of a tid[] parameter, sorted, without duplicates, as TidScan */
+static int
+param_tids(ParamListInfo params, int paramid, ItemPointerData **out)
+{
+	ParamExternData *prm;
+	ArrayType  *arr;
+	ItemPointerData *tids;
+	int			n,
+				k = 0;
+
+	if (params == NULL || paramid < 1 || paramid > params->numParams)
+		return -1;
+	prm = &params->params[paramid - 1];
+	if (prm->isnull || prm->ptype != TIDARRAYOID)
+		return -1;
+	arr = DatumGetArrayTypeP(prm->value);
+	if (ARR_NDIM(arr) > 1 || ARR_HASNULL(arr))
+		return -1;
+	n = ArrayGetNItems(ARR_NDIM(arr), ARR_DIMS(arr));
+	tids = palloc(sizeof(ItemPointerData) * Max(n, 1));
+	memcpy(tids, ARR_DATA_PTR(arr), sizeof(ItemPointerData) * n);
+	if (n > 1)
+	{
+		qsort(tids, n, sizeof(ItemPointerData), tid_order);
+		for (int i = 1; i < n; i++)
+			if (!ItemPointerEquals(&tids[k], &tids[i]))
+				tids[++k] = tids[i];
+		n = k + 1;
+	}
+	*out = tids;
+	return n;
+}
+
+/*
+ * Copy the rows of ps's ctid parameter that snap sees into its target, as
+ * running ps would; *copied is the count.  False, having done nothing, if ps
+ * is not a plan this can run.
+ */
+bool
+lf_copy_rows(PlannedStmt *ps, Snapshot snap, ParamListInfo params, uint64 *copied)
+{
+	Scan	   *scan;
+	int			paramid;
+	ItemPointerData *tids;
+	int			ntids;
+	EState	   *estate;
+	ResultRelInfo *rri;
+	Relation	target,
+				input;
+	TriggerDesc *trig;
+	List	   *tlist = NIL;
+	ListCell   *lc;
+	ExprContext *econtext;
+	ExprState  *qual;
+	ProjectionInfo *proj;
+	TupleTableSlot *inslot,
+			   *outslot;
+	BlockNumber nblocks;
+	uint64		n = 0;
+	MemoryContext old;
+
+	if (XactReadOnly || IsInParallelMode() ||
+		(scan = copy_scan(ps, &paramid)) == NULL ||
+		(ntids = param_tids(params, paramid, &tids)) < 0)
+		return false;
+
+	estate = CreateExecutorState();
+	old = MemoryContextSwitchTo(estate->es_query_cxt);
+	estate->es_snapshot = snap;
+	estate->es_crosscheck_snapshot = InvalidSnapshot;
+	estate->es_output_cid = GetCurrentCommandId(true);
+	estate->es_param_list_info = params;
+	ExecInitRangeTable(estate, ps->rtable);
+	rri = makeNode(ResultRelInfo);
+	ExecInitResultRelation(estate, rri, linitial_int(ps->resultRelations));
+	target = rri->ri_RelationDesc;
+	trig = rri->ri_TrigDesc;
+	/* the INSERT's columns: the scan's non-junk output, one per attribute */
+	foreach(lc, scan->plan.targetlist)
+		if (!lfirst_node(TargetEntry, lc)->resjunk)
+			tlist = lappend(tlist, lfirst(lc));
+	if (target->rd_rel->relkind != RELKIND_RELATION ||
+		list_length(tlist) != RelationGetDescr(target)->natts ||
+		(trig && (trig->trig_insert_before_row || trig->trig_insert_after_row ||
+				  trig->trig_insert_instead_row || trig->trig_insert_before_statement ||
+				  trig->trig_insert_after_statement || trig->trig_insert_new_table)))
+	{
+		ExecCloseResultRelations(estate);
+		ExecCloseRangeTableRelations(estate);
+		MemoryContextSwitchTo(old);
+		FreeExecutorState(estate);
+		pfree(tids);
+		return false;
+	}
+	(void) ExecCheckRTPerms(ps->rtable, true);
+
+	input = ExecGetRangeTableRelation(estate, scan->scanrelid);
+	ExecOpenIndices(rri, false);
+	econtext = GetPerTupleExprContext(estate);
+	inslot = table_slot_create(input, NULL);
+	outslot = MakeSingleTupleTableSlot(RelationGetDescr(target), &TTSOpsVirtual);
+	qual = ExecInitQual(scan->plan.qual, NULL);
+	proj = ExecBuildProjectionInfo(tlist, econtext, outslot, NULL, RelationGetDescr(input));
+	nblocks = RelationGetNumberOfBlocks(input);
+
+	PushActiveSnapshot(snap);
+	for (int i = 0; i < ntids; i++)
+	{
+		CHECK_FOR_INTERRUPTS();
+		if (!ItemPointerIsValid(&tids[i]) || ItemPointerGetBlockNumber(&tids[i]) >= nblocks ||
+			!table_tuple_fetch_row_version(input, &tids[i], snap, inslot))
+			continue;
+		econtext->ecxt_scantuple = inslot;
+		if (ExecQual(qual, econtext))
+		{
+			ExecSimpleRelationInsert(rri, estate, ExecProject(proj));
+			n++;
+		}
+		ResetExprContext(econtext);
+	}
+	PopActiveSnapshot();
+
+	ExecDropSingleTupleTableSlot(inslot);
+	ExecDropSingleTupleTableSlot(outslot);
+	ExecCloseResultRelations(estate);
+	ExecCloseRangeTableRelations(estate);
+	MemoryContextSwitchTo(old);
+	FreeExecutorState(estate);
+	pfree(tids);
+	*copied = n;
+	return true;
+}
