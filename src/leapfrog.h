@@ -465,6 +465,8 @@ extern void lf_snapshot_predates(const char *migration, const char *detail) pg_a
 
 /* migrate.c */
 extern void lf_install_executor_hook(void);
+extern int	lf_tid_cmp(const void *a, const void *b);
+extern int	lf_tids_sort_unique(ItemPointerData *tids, int n);
 extern uint64 lf_migrate_rows(LfMigration *mig, Oid input, LfMapping *only, ItemPointer tids,
 							  int ntids);
 /* rows a background step claimed (tids in TopMemoryContext) */

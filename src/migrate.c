@@ -129,25 +129,32 @@ tid_destroy(DestReceiver *self)
 {
 }
 
-static int
-tid_cmp(const void *a, const void *b)
+/* Order of ctids, for qsort and bsearch */
+int
+lf_tid_cmp(const void *a, const void *b)
 {
 	return ItemPointerCompare((ItemPointer) a, (ItemPointer) b);
+}
+
+/* Sort tids[0..n) and drop duplicates; returns the new count */
+int
+lf_tids_sort_unique(ItemPointerData *tids, int n)
+{
+	int			j = 0;
+
+	if (n < 2)
+		return n;
+	qsort(tids, n, sizeof(ItemPointerData), lf_tid_cmp);
+	for (int i = 1; i < n; i++)
+		if (!ItemPointerEquals(&tids[j], &tids[i]))
+			tids[++j] = tids[i];
+	return j + 1;
 }
 
 static void
 tidset_sort_unique(TidSet *set)
 {
-	int			i,
-				j = 0;
-
-	if (set->n < 2)
-		return;
-	qsort(set->tids, set->n, sizeof(ItemPointerData), tid_cmp);
-	for (i = 1; i < set->n; i++)
-		if (!ItemPointerEquals(&set->tids[j], &set->tids[i]))
-			set->tids[++j] = set->tids[i];
-	set->n = j + 1;
+	set->n = lf_tids_sort_unique(set->tids, set->n);
 }
 
 /*
@@ -1153,7 +1160,7 @@ check_units_whole(LfMapping *m, List *units, TidSet *claimed)
 				want++;
 				if (claimed[i].n > 0 &&
 					bsearch(&u->tids[i][j], claimed[i].tids, claimed[i].n,
-							sizeof(ItemPointerData), tid_cmp) != NULL)
+							sizeof(ItemPointerData), lf_tid_cmp) != NULL)
 					got++;
 			}
 		if (got > 0 && got < want)

@@ -113,12 +113,6 @@ copy_scan(PlannedStmt *ps, int *paramid)
 	return *paramid > 0 ? (Scan *) scan : NULL;
 }
 
-static int
-tid_order(const void *a, const void *b)
-{
-	return ItemPointerCompare((ItemPointer) a, (ItemPointer) b);
-}
-
 /* The tids of a tid[] parameter, sorted, without duplicates, as TidScan */
 static int
 param_tids(ParamListInfo params, int paramid, ItemPointerData **out)
@@ -126,8 +120,7 @@ param_tids(ParamListInfo params, int paramid, ItemPointerData **out)
 	ParamExternData *prm;
 	ArrayType  *arr;
 	ItemPointerData *tids;
-	int			n,
-				k = 0;
+	int			n;
 
 	if (params == NULL || paramid < 1 || paramid > params->numParams)
 		return -1;
@@ -140,16 +133,8 @@ param_tids(ParamListInfo params, int paramid, ItemPointerData **out)
 	n = ArrayGetNItems(ARR_NDIM(arr), ARR_DIMS(arr));
 	tids = palloc(sizeof(ItemPointerData) * Max(n, 1));
 	memcpy(tids, ARR_DATA_PTR(arr), sizeof(ItemPointerData) * n);
-	if (n > 1)
-	{
-		qsort(tids, n, sizeof(ItemPointerData), tid_order);
-		for (int i = 1; i < n; i++)
-			if (!ItemPointerEquals(&tids[k], &tids[i]))
-				tids[++k] = tids[i];
-		n = k + 1;
-	}
 	*out = tids;
-	return n;
+	return lf_tids_sort_unique(tids, n);
 }
 
 /*

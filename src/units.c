@@ -509,33 +509,18 @@ lookup_rows(Relation rel, Relation idx, KeyLookup *kl, int nkeys, Datum *values,
 	index_endscan(scan);
 }
 
-static int
-tid_cmp(const void *a, const void *b)
-{
-	return ItemPointerCompare((ItemPointer) a, (ItemPointer) b);
-}
-
 /* A list of palloc'd tids as a sorted array with no duplicates. */
 static int
 tid_list_to_array(List *list, ItemPointerData **out)
 {
 	ItemPointerData *a = palloc(sizeof(ItemPointerData) * Max(list_length(list), 1));
-	int			n = 0,
-				j = 0;
+	int			n = 0;
 	ListCell   *lc;
 
 	foreach(lc, list)
 		a[n++] = *(ItemPointer) lfirst(lc);
-	if (n > 1)
-	{
-		qsort(a, n, sizeof(ItemPointerData), tid_cmp);
-		for (int i = 1; i < n; i++)
-			if (!ItemPointerEquals(&a[j], &a[i]))
-				a[++j] = a[i];
-		n = j + 1;
-	}
 	*out = a;
-	return n;
+	return lf_tids_sort_unique(a, n);
 }
 
 /*
@@ -629,7 +614,7 @@ lf_units_of(LfMapping *m, int from, ItemPointer seeds, int nseeds, Snapshot snap
 				list_free_deep(found);
 			}
 			/* a unit found without the row it was looked up from would be partial */
-			if (bsearch(&tid, u->tids[from], u->n[from], sizeof(ItemPointerData), tid_cmp) == NULL)
+			if (bsearch(&tid, u->tids[from], u->n[from], sizeof(ItemPointerData), lf_tid_cmp) == NULL)
 				elog(ERROR, "leapfrog: the unit of row (%u,%u) of %s does not contain it (index %u)",
 					 ItemPointerGetBlockNumber(&tid), ItemPointerGetOffsetNumber(&tid),
 					 RelationGetRelationName(rels[from]), up->lookup[from][from].index);
