@@ -480,7 +480,9 @@ extern uint64 lf_migrate_range(LfMigration *mig, Oid input, BlockNumber lo, Bloc
 extern void lf_migrate_live_key(LfMigration *mig, LfMapping *m, Datum *key);
 
 /* rowcopy.c */
-extern bool lf_copy_rows(PlannedStmt *ps, Snapshot snap, ParamListInfo params, uint64 *copied);
+extern int	lf_copy_param(PlannedStmt *ps);
+extern bool lf_copy_rows(PlannedStmt *ps, int paramid, Snapshot snap, ParamListInfo params,
+						 uint64 *copied);
 
 /* progress.c */
 extern void lf_progress_add(int migration_id, uint64 n);

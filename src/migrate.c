@@ -472,6 +472,8 @@ typedef struct StepPlan
 	List	   *inserts;		/* PlannedStmt per mapping, in TopMemoryContext */
 	List	   *unfiltered;		/* per mapping: the $n whose rows it copies one
 								 * for one (a mapping without a filter), or 0 */
+	List	   *direct;			/* per mapping: the $n of its ctids if
+								 * lf_copy_rows can run its plan, or 0 */
 	PlannedStmt *few_rows;		/* a join mapping's, joined by nested loop */
 	bool		ready;
 } StepPlan;
@@ -558,6 +560,7 @@ build_step_plan(LfMigration *mig, Oid input, LfMapping *um)
 	ListCell   *lc;
 	List	   *inserts = NIL;
 	List	   *unfiltered = NIL;
+	List	   *direct = NIL;
 	PlannedStmt *few_rows = NULL;
 	MemoryContext old;
 
@@ -613,6 +616,7 @@ build_step_plan(LfMigration *mig, Oid input, LfMapping *um)
 		old = MemoryContextSwitchTo(TopMemoryContext);
 		inserts = lappend(inserts, ps);
 		unfiltered = lappend_int(unfiltered, filtered == NULL ? paramid : 0);
+		direct = lappend_int(direct, lf_copy_param(ps));
 		MemoryContextSwitchTo(old);
 	}
 	/*
@@ -656,11 +660,13 @@ build_step_plan(LfMigration *mig, Oid input, LfMapping *um)
 		old = MemoryContextSwitchTo(TopMemoryContext);
 		inserts = lappend(inserts, ps);
 		unfiltered = lappend_int(unfiltered, 0);
+		direct = lappend_int(direct, 0);	/* a group's or join's plan */
 		MemoryContextSwitchTo(old);
 	}
 
 	sp->inserts = inserts;
 	sp->unfiltered = unfiltered;
+	sp->direct = direct;
 	sp->few_rows = few_rows;
 	sp->ready = true;			/* last: an error above leaves it to be rebuilt */
 	return sp;
@@ -811,19 +817,20 @@ copy_claimed(LfMigration *mig, StepPlan *sp, Snapshot snap, ParamListInfo params
 	int			n = 0;
 	LfSavedUser saved = lf_become(mig->owner, SECURITY_RESTRICTED_OPERATION);
 	ListCell   *lc,
-			   *lu;
+			   *lu,
+			   *ld;
 
-	forboth(lc, sp->inserts, lu, sp->unfiltered)
+	forthree(lc, sp->inserts, lu, sp->unfiltered, ld, sp->direct)
 	{
 		PlannedStmt *ps = lfirst(lc);
 		uint64		copied;
 
-		/* the join mapping's plan is the last one */
+		/* the join mapping's plan is the last one (never direct) */
 		if (sp->few_rows && lnext(sp->inserts, lc) == NULL && params->numParams == 2 &&
 			(int64) counts[0] * counts[1] <= LF_FEW_PAIRS)
 			ps = sp->few_rows;
 		CommandCounterIncrement();
-		if (!lf_copy_rows(ps, snap, params, &copied))
+		if (!lf_copy_rows(ps, lfirst_int(ld), snap, params, &copied))
 			copied = run_plan(ps, "leapfrog migrate", snap, params, None_Receiver);
 
 		/* a mapping without a filter copies every claimed row, or none is lost */

@@ -16,7 +16,8 @@
  * (ExecSimpleRelationInsert: stored generated columns, constraints, the
  * partition constraint of a partition, indexes).
  *
- * Only a plan of exactly that shape qualifies, into a table without INSERT
+ * Only a plan of exactly that shape qualifies (lf_copy_param, asked once
+ * when the step's plan is built), into a table without INSERT
  * triggers (statement triggers and the after-trigger queue belong to the
  * executor; a foreign key and a deferrable unique constraint are such
  * triggers), without RETURNING, ON CONFLICT, WITH CHECK OPTION (row-level
@@ -69,13 +70,14 @@ exec_param(Node *node, void *context)
 }
 
 /*
- * The scan under the plan's ModifyTable, and the $n of its ctid = ANY
- * ($n), if the plan is INSERT ... SELECT ... WHERE ctid = ANY ($n) and
- * nothing more; else NULL.  The scan is a TidScan, or a SeqScan where the
- * input was small when the step was planned (ctid = ANY among its quals).
+ * If ps is INSERT ... SELECT ... WHERE ctid = ANY ($n) and nothing more, the
+ * $n, which lf_copy_rows takes; else 0.  Asked once, when the step's plan is
+ * built (migrate.c).  The scan is a TidScan, or a SeqScan where the input
+ * was small when the step was planned (ctid = ANY among its quals); its
+ * output is the INSERT's columns, none of them junk.
  */
-static Scan *
-copy_scan(PlannedStmt *ps, int *paramid)
+int
+lf_copy_param(PlannedStmt *ps)
 {
 	ModifyTable *mt;
 	Plan	   *scan;
@@ -84,33 +86,39 @@ copy_scan(PlannedStmt *ps, int *paramid)
 	if (ps->commandType != CMD_INSERT || ps->hasReturning || ps->hasModifyingCTE ||
 		ps->subplans != NIL || ps->rowMarks != NIL ||
 		!IsA(ps->planTree, ModifyTable))
-		return NULL;
+		return 0;
 	mt = (ModifyTable *) ps->planTree;
 	if (mt->operation != CMD_INSERT || list_length(mt->resultRelations) != 1 ||
 		mt->returningLists != NIL || mt->withCheckOptionLists != NIL ||
 		mt->onConflictAction != ONCONFLICT_NONE || mt->rootRelation != 0 ||
 		mt->plan.initPlan != NIL || outerPlan(mt) == NULL)
-		return NULL;
+		return 0;
 	scan = outerPlan(mt);
 	/* (ModifyTable's EvalPlanQual parameter is the only PARAM_EXEC) */
 	if (scan->initPlan != NIL || exec_param((Node *) scan->targetlist, NULL) ||
 		exec_param((Node *) scan->qual, NULL))
-		return NULL;
-	*paramid = 0;
+		return 0;
+	foreach(lc, scan->targetlist)
+		if (lfirst_node(TargetEntry, lc)->resjunk)
+			return 0;
 	if (IsA(scan, TidScan))
 	{
 		TidScan    *ts = (TidScan *) scan;
 
 		if (list_length(ts->tidquals) == 1)
-			*paramid = ctid_param(linitial(ts->tidquals), ts->scan.scanrelid);
+			return ctid_param(linitial(ts->tidquals), ts->scan.scanrelid);
 	}
 	else if (IsA(scan, SeqScan))
 	{
 		foreach(lc, scan->qual)
-			if ((*paramid = ctid_param(lfirst(lc), ((Scan *) scan)->scanrelid)) > 0)
-				break;
+		{
+			int			paramid = ctid_param(lfirst(lc), ((Scan *) scan)->scanrelid);
+
+			if (paramid > 0)
+				return paramid;
+		}
 	}
-	return *paramid > 0 ? (Scan *) scan : NULL;
+	return 0;
 }
 
 /* The tids of a tid[] parameter, sorted, without duplicates, as TidScan */
@@ -138,15 +146,15 @@ param_tids(ParamListInfo params, int paramid, ItemPointerData **out)
 }
 
 /*
- * Copy the rows of ps's ctid parameter that snap sees into its target, as
- * running ps would; *copied is the count.  False, having done nothing, if ps
- * is not a plan this can run.
+ * Copy the rows of ps's ctid parameter $paramid (lf_copy_param) that snap
+ * sees into its target, as running ps would; *copied is the count.  False,
+ * having done nothing, if the target or the transaction needs the plan.
  */
 bool
-lf_copy_rows(PlannedStmt *ps, Snapshot snap, ParamListInfo params, uint64 *copied)
+lf_copy_rows(PlannedStmt *ps, int paramid, Snapshot snap, ParamListInfo params,
+			 uint64 *copied)
 {
 	Scan	   *scan;
-	int			paramid;
 	ItemPointerData *tids;
 	int			ntids;
 	EState	   *estate;
@@ -154,8 +162,7 @@ lf_copy_rows(PlannedStmt *ps, Snapshot snap, ParamListInfo params, uint64 *copie
 	Relation	target,
 				input;
 	TriggerDesc *trig;
-	List	   *tlist = NIL;
-	ListCell   *lc;
+	List	   *tlist;
 	ExprContext *econtext;
 	ExprState  *qual;
 	ProjectionInfo *proj;
@@ -165,10 +172,11 @@ lf_copy_rows(PlannedStmt *ps, Snapshot snap, ParamListInfo params, uint64 *copie
 	uint64		n = 0;
 	MemoryContext old;
 
-	if (XactReadOnly || IsInParallelMode() ||
-		(scan = copy_scan(ps, &paramid)) == NULL ||
+	if (paramid == 0 || XactReadOnly || IsInParallelMode() ||
 		(ntids = param_tids(params, paramid, &tids)) < 0)
 		return false;
+	scan = (Scan *) outerPlan(ps->planTree);
+	tlist = scan->plan.targetlist;
 
 	estate = CreateExecutorState();
 	old = MemoryContextSwitchTo(estate->es_query_cxt);
@@ -181,10 +189,7 @@ lf_copy_rows(PlannedStmt *ps, Snapshot snap, ParamListInfo params, uint64 *copie
 	ExecInitResultRelation(estate, rri, linitial_int(ps->resultRelations));
 	target = rri->ri_RelationDesc;
 	trig = rri->ri_TrigDesc;
-	/* the INSERT's columns: the scan's non-junk output, one per attribute */
-	foreach(lc, scan->plan.targetlist)
-		if (!lfirst_node(TargetEntry, lc)->resjunk)
-			tlist = lappend(tlist, lfirst(lc));
+	/* (the INSERT's columns: the scan's output, one per attribute) */
 	if (target->rd_rel->relkind != RELKIND_RELATION ||
 		list_length(tlist) != RelationGetDescr(target)->natts ||
 		(trig && (trig->trig_insert_before_row || trig->trig_insert_after_row ||
