@@ -493,6 +493,14 @@ load_unmigrated(LfMigration *m)
 				memcpy(map->keys[0], carrier->keys[i], sizeof(map->keys[0]));
 				memcpy(map->eqops, carrier->eqops, sizeof(map->eqops));
 				memcpy(map->collations, carrier->collations, sizeof(map->collations));
+				/* the carrier's done keys, read from input i's columns */
+				memcpy(map->keytypes, carrier->keytypes, sizeof(map->keytypes));
+				memcpy(map->keylens, carrier->keylens, sizeof(map->keylens));
+				memcpy(map->keybyvals, carrier->keybyvals, sizeof(map->keybyvals));
+				memcpy(map->keyeqops, carrier->keyeqops, sizeof(map->keyeqops));
+				memcpy(map->keyinops[0], carrier->keyinops[i], sizeof(map->keyinops[0]));
+				memcpy(map->keycasts[0], carrier->keycasts[i], sizeof(map->keycasts[0]));
+				map->key_types_why = carrier->key_types_why;
 			}
 		}
 		/* both are there unless dropped behind the DDL guard's back */

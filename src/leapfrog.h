@@ -172,6 +172,23 @@ typedef struct LfMapping
 	AttrNumber	keys[2][INDEX_MAX_KEYS];	/* per input */
 	Oid			eqops[INDEX_MAX_KEYS];	/* inputs[0] key = inputs[1] key */
 	Oid			collations[INDEX_MAX_KEYS];
+
+	/*
+	 * The key as a table of done keys holds it (units.c,
+	 * lf_describe_key_types): of a join whose key columns differ in type
+	 * (int and bigint, say), the type the other side converts to
+	 * implicitly; otherwise input 0's.  key_types_why: why not (no such
+	 * type), or NULL.
+	 */
+	Oid			keytypes[INDEX_MAX_KEYS];
+	int16		keylens[INDEX_MAX_KEYS];
+	bool		keybyvals[INDEX_MAX_KEYS];
+	Oid			keyeqops[INDEX_MAX_KEYS];	/* keytype = keytype */
+	Oid			keyinops[2][INDEX_MAX_KEYS];	/* keytype = input i's column */
+	Oid			keycasts[2][INDEX_MAX_KEYS];	/* input i's value to keytype, or
+												 * none (the same or binary
+												 * coercible) */
+	const char *key_types_why;
 	/* a mapping of an input tracked by keys (live.c) */
 	Oid			done_keys;		/* its table of migrated keys, or InvalidOid */
 	Query	   *unmigrated;		/* query restricted to the groups not in it */
@@ -206,8 +223,8 @@ typedef struct LfUnit
 {
 	int			n[2];
 	ItemPointerData *tids[2];
-	Datum	   *key;			/* its key (LF_KEY_SIZE), as input `from`
-								 * holds it */
+	Datum	   *key;			/* its key (LF_KEY_SIZE), as a table of
+								 * done keys holds it (keytypes) */
 } LfUnit;
 
 /*
@@ -311,6 +328,7 @@ extern Oid	lf_unit_index(LfMapping *m, int i);
 extern List *lf_units_of(LfMapping *m, int from, ItemPointer seeds, int nseeds,
 						 Snapshot snap);
 extern List *lf_units_by_keys(LfMapping *m, List *keys, Snapshot snap);
+extern Datum lf_key_value(LfMapping *m, int i, int k, Datum v);
 extern const char *lf_describe_row_keys(LfMapping *m);
 
 /* live.c */
@@ -343,7 +361,7 @@ extern bool lf_live_claim_nowait(LfDoneKeys *d, LfMapping *m, Datum *key, bool l
 extern List *lf_live_range_keys(LfMapping *m, int i, Snapshot snap, BlockNumber lo, BlockNumber hi,
 								List **tids);
 extern void lf_live_tuple_key(LfMapping *m, int i, HeapTuple tup, TupleDesc desc, Datum *key);
-extern bool lf_keys_equal(LfMapping *m, int i, TupleDesc desc, Datum *a, Datum *b);
+extern bool lf_keys_equal(LfMapping *m, Datum *a, Datum *b);
 extern uint64 lf_live_rows_left(LfMapping *m, Oid relid, Snapshot snap);
 extern uint64 lf_live_rows_from(LfMigration *mig, Oid input, Snapshot snap, BlockNumber *from,
 								ItemPointerData *tids, uint64 max);

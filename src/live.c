@@ -28,9 +28,10 @@
  * A retired table (dropped by the script, or live and replaced) that
  * several GROUP BY or join mappings read is tracked the same way (start.c,
  * track_shared_retired), without the trigger: nobody writes it.  A join's
- * table of done keys holds its key as input 0's columns (both sides' key
- * columns have one type) and covers both its inputs: a key claimed from a
- * row of either side migrates the rows of both.
+ * table of done keys holds its key in input 0's columns, of the type both
+ * sides' values convert to (LfMapping.keytypes: input 0's, or the wider of
+ * two, units.c) and covers both its inputs: a key claimed from a row of
+ * either side migrates the rows of both.
  *
  * So a row written after start() only ever lands in a group already
  * migrated, and an unmigrated group holds exactly its rows at start(), as
@@ -85,6 +86,7 @@
 #include "access/tableam.h"
 #include "access/xact.h"
 #include "catalog/dependency.h"
+#include "catalog/pg_am.h"
 #include "catalog/index.h"
 #include "catalog/indexing.h"
 #include "catalog/namespace.h"
@@ -95,6 +97,7 @@
 #include "catalog/pg_operator.h"
 #include "catalog/pg_trigger.h"
 #include "catalog/pg_type.h"
+#include "commands/defrem.h"
 #include "commands/trigger.h"
 #include "executor/executor.h"
 #include "executor/spi.h"
@@ -217,10 +220,10 @@ lf_live_unsupported(LfMapping *m)
 
 			if (!att->attnotnull && ++nullable > LF_MAX_NULLABLE_KEYS)
 				why = psprintf("more than %d key columns that may be NULL", LF_MAX_NULLABLE_KEYS);
-			/* one table of done keys holds the keys of both sides */
-			else if (i > 0 && att->atttypid != get_atttype(m->inputs[0], m->keys[0][k]))
-				why = "join key columns of different types";
 		}
+		/* one table of done keys holds the keys of both sides of a join */
+		if (why == NULL)
+			why = m->key_types_why;
 		if (why == NULL && rel->trigdesc)
 		{
 			/* a BEFORE row trigger firing after ours could change the key */
@@ -267,6 +270,22 @@ key_may_be_null(LfMapping *m, int k)
 }
 
 /*
+ * The type, typmod and collation of key column k of m's table of done keys:
+ * input 0's column's, or of a join's key of two types, the one the other
+ * converts to (keytypes).
+ */
+static void
+done_key_column(LfMapping *m, int k, Oid *type, int32 *typmod, Oid *coll)
+{
+	get_atttypetypmodcoll(m->inputs[0], m->keys[0][k], type, typmod, coll);
+	if (*type != m->keytypes[k])
+	{
+		*type = m->keytypes[k];
+		*typmod = -1;
+	}
+}
+
+/*
  * Track input 0 of group mapping m in place for migration migration_id:
  * create its table of done keys, owned by the extension's owner, and, for
  * the table's first mapping (nth 0), the trigger, into *trigger; a later
@@ -308,7 +327,7 @@ lf_live_track(LfMapping *m, int migration_id, int nth, Oid *trigger)
 		int32		typmod;
 		HeapTuple	tup;
 
-		get_atttypetypmodcoll(relid, att, &type, &typmod, &coll);
+		done_key_column(m, k, &type, &typmod, &coll);
 		appendStringInfo(&cols, "%s%s %s", k ? ", " : "",
 						 quote_identifier(get_attname(relid, att, false)),
 						 format_type_extended(type, typmod, FORMAT_TYPE_TYPEMOD_GIVEN | FORMAT_TYPE_FORCE_QUALIFY));
@@ -336,15 +355,19 @@ lf_live_track(LfMapping *m, int migration_id, int nth, Oid *trigger)
 		int			p;
 		HeapTuple	tup;
 		Form_pg_opclass opc;
+		Oid			opclass;
 
 		for (p = 0; p < idx->rd_index->indnkeyatts; p++)
 			if (idx->rd_index->indkey.values[p] == att)
 				break;
 		if (p == idx->rd_index->indnkeyatts)
 			elog(ERROR, "leapfrog: key column %d not in index %u", att, keyidx);
-		tup = SearchSysCache1(CLAOID, ObjectIdGetDatum(indclass->values[p]));
+		/* a join's key of the other side's type: that type's default (describe_key_types) */
+		opclass = m->keytypes[k] == get_atttype(relid, att) ? indclass->values[p] :
+			GetDefaultOpClass(m->keytypes[k], BTREE_AM_OID);
+		tup = SearchSysCache1(CLAOID, ObjectIdGetDatum(opclass));
 		if (!HeapTupleIsValid(tup))
-			elog(ERROR, "cache lookup failed for operator class %u", indclass->values[p]);
+			elog(ERROR, "cache lookup failed for operator class %u", opclass);
 		opc = (Form_pg_opclass) GETSTRUCT(tup);
 		appendStringInfo(&idxcols, "%s%s %s", k ? ", " : "",
 						 quote_identifier(get_attname(relid, att, false)),
@@ -468,13 +491,16 @@ null_test(Expr *arg, NullTestType type)
 	return (Expr *) t;
 }
 
+
+
 /*
- * EXISTS (SELECT FROM done_keys d WHERE d.k1 = rhs1 AND ...): rhs[k] is the
- * right operand of key column k's equality (m->eqops), at the sublink's
- * level (so an input Var has varlevelsup 1), or NULL for d.k IS NULL.
+ * EXISTS (SELECT FROM done_keys d WHERE d.k1 = rhs1 AND ...): rhs[k] is a
+ * value of input i's key column k (the right operand of m->keyinops[i]),
+ * at the sublink's level (so an input Var has varlevelsup 1), or NULL for
+ * d.k IS NULL.
  */
 static SubLink *
-done_keys_exists(LfMapping *m, Expr **rhs)
+done_keys_exists(LfMapping *m, int i, Expr **rhs)
 {
 	Query	   *sub = makeNode(Query);
 	RangeTblEntry *rte = makeNode(RangeTblEntry);
@@ -494,10 +520,10 @@ done_keys_exists(LfMapping *m, Expr **rhs)
 		Oid			type,
 					coll;
 		int32		typmod;
-		Oid			op = m->eqops[k];
+		Oid			op = m->keyinops[i][k];
 		OpExpr	   *eq;
 
-		get_atttypetypmodcoll(m->inputs[0], m->keys[0][k], &type, &typmod, &coll);
+		done_key_column(m, k, &type, &typmod, &coll);
 		if (rhs[k] == NULL)
 			conds = lappend(conds, null_test((Expr *) makeVar(1, k + 1, type, typmod, coll, 0),
 											 IS_NULL));
@@ -563,7 +589,7 @@ lf_live_unmigrated_query(LfMapping *m)
 	}
 	q->jointree->quals = make_and_qual(q->jointree->quals,
 									   (Node *) makeBoolExpr(NOT_EXPR,
-															 list_make1(done_keys_exists(m, rhs)),
+															 list_make1(done_keys_exists(m, p, rhs)),
 															 -1));
 	/* every non-empty subset s of the nullable columns: those NULL, the others not */
 	for (uint32 s = nullable; s != 0; s = (s - 1) & nullable)
@@ -589,7 +615,7 @@ lf_live_unmigrated_query(LfMapping *m)
 																		list_make1(make_ands_explicit(pattern)),
 																		-1),
 														   makeBoolExpr(NOT_EXPR,
-																		list_make1(done_keys_exists(m, r)),
+																		list_make1(done_keys_exists(m, p, r)),
 																		-1)),
 												-1));
 	}
@@ -631,10 +657,10 @@ lf_live_pinned_gate(LfMapping *m, List *conds, int varno)
 	fn = LookupFuncName(list_make2(makeString("leapfrog"), makeString("group_migrated")), 2,
 						argtypes, true);
 	for (int k = 0; k < m->nkeys && OidIsValid(fn); k++)
-		if (exprType((Node *) rhs[k]) != get_atttype(m->inputs[0], m->keys[0][k]))
+		if (exprType((Node *) rhs[k]) != m->keytypes[k])
 			fn = InvalidOid;
 	if (!OidIsValid(fn))
-		return (Node *) makeBoolExpr(NOT_EXPR, list_make1(done_keys_exists(m, rhs)), -1);
+		return (Node *) makeBoolExpr(NOT_EXPR, list_make1(done_keys_exists(m, 0, rhs)), -1);
 	args = list_make1(makeConst(INT4OID, -1, InvalidOid, 4, Int32GetDatum(m->id), false, true));
 	for (int k = 0; k < m->nkeys; k++)
 		args = lappend(args, rhs[k]);
@@ -682,7 +708,7 @@ lf_live_pinned_values(LfMapping *m, List *conds, int varno)
 	{
 		Expr	   *e = expression_planner(rhs[k]);
 
-		if (exprType((Node *) e) != get_atttype(m->inputs[0], m->keys[0][k]) ||
+		if (exprType((Node *) e) != m->keytypes[k] ||
 			reads_rows_walker((Node *) e, NULL) || contain_volatile_functions((Node *) e))
 			return NIL;
 		values = lappend(values, e);
@@ -843,7 +869,7 @@ probe(LfDoneKeys *d, LfMapping *m, Datum *key, Snapshot snap)
 								   InvalidOid, InvalidOid, InvalidOid, (Datum) 0);
 		else
 			ScanKeyEntryInitialize(&sk[k], 0, k + 1, BTEqualStrategyNumber, InvalidOid,
-								   d->idx->rd_indcollation[k], get_opcode(m->eqops[k]), key[k]);
+								   d->idx->rd_indcollation[k], get_opcode(m->keyeqops[k]), key[k]);
 	}
 	scan = index_beginscan(d->rel, d->idx, snap, m->nkeys, 0);
 	index_rescan(scan, sk, m->nkeys, NULL, 0);
@@ -907,7 +933,7 @@ key_hash(LfMapping *m, Datum *key)
 			h = hash_combine(h, 0x4E554C4C);
 			continue;
 		}
-		if (!get_op_hash_functions(m->eqops[k], &lhs, &rhs))
+		if (!get_op_hash_functions(m->keyeqops[k], &lhs, &rhs))
 			return 0;
 		h = hash_combine(h, DatumGetUInt32(OidFunctionCall1Coll(lhs, m->collations[k], key[k])));
 	}
@@ -1200,8 +1226,7 @@ leapfrog_group_migrated(PG_FUNCTION_ARGS)
 		if (pg_class_aclcheck(m->target, GetUserId(), ACL_SELECT) != ACLCHECK_OK)
 			aclcheck_error(ACLCHECK_NO_PRIV, OBJECT_TABLE, get_rel_name(m->target));
 		for (int k = 0; k < m->nkeys; k++)
-			if (get_fn_expr_argtype(fcinfo->flinfo, k + 1) !=
-				get_atttype(m->inputs[0], m->keys[0][k]))
+			if (get_fn_expr_argtype(fcinfo->flinfo, k + 1) != m->keytypes[k])
 				elog(ERROR, "leapfrog: key column %d of mapping %d has another type", k + 1, id);
 		fcinfo->flinfo->fn_extra = (void *) (uintptr_t) GetUserId();
 	}
@@ -1276,8 +1301,9 @@ lf_live_done(LfDoneKeys *d, LfMapping *m, Datum *key, Snapshot snap)
 }
 
 /*
- * The key of mapping m tracked by keys in tuple tup of its input i (values
- * not copied), into key (LF_KEY_SIZE).
+ * The key of mapping m tracked by keys in tuple tup of its input i, as the
+ * table of done keys holds it (values not copied, unless converted:
+ * keycasts), into key (LF_KEY_SIZE).
  */
 void
 lf_live_tuple_key(LfMapping *m, int i, HeapTuple tup, TupleDesc desc, Datum *key)
@@ -1293,30 +1319,28 @@ lf_live_tuple_key(LfMapping *m, int i, HeapTuple tup, TupleDesc desc, Datum *key
 			key[k] = (Datum) 0;
 			nulls |= 1u << k;
 		}
+		else if (OidIsValid(m->keycasts[i][k]))
+			key[k] = OidFunctionCall1(m->keycasts[i][k], key[k]);
 	}
 	key[m->nkeys] = UInt32GetDatum(nulls);
 }
 
 /*
- * Are keys a and b of m (LF_KEY_SIZE, of input i, whose descriptor is desc)
- * the same, NULLs equal?  (Binary equality: what tells the trigger that two
- * writes are of one group, and a worker that two rows are; keys equal
- * only by the equality operator are claimed twice, the second finding
- * the first.)
+ * Are keys a and b of m (LF_KEY_SIZE, as its table of done keys holds
+ * them) the same, NULLs equal?  (Binary equality: what tells the trigger
+ * that two writes are of one group, and a worker that two rows are; keys
+ * equal only by the equality operator are claimed twice, the second
+ * finding the first.)
  */
 bool
-lf_keys_equal(LfMapping *m, int i, TupleDesc desc, Datum *a, Datum *b)
+lf_keys_equal(LfMapping *m, Datum *a, Datum *b)
 {
 	if (a[m->nkeys] != b[m->nkeys])
 		return false;
 	for (int k = 0; k < m->nkeys; k++)
-	{
-		Form_pg_attribute att = TupleDescAttr(desc, m->keys[i][k] - 1);
-
 		if (!LF_KEY_ISNULL(m->nkeys, a, k) &&
-			!datumIsEqual(a[k], b[k], att->attbyval, att->attlen))
+			!datumIsEqual(a[k], b[k], m->keybyvals[k], m->keylens[k]))
 			return false;
-	}
 	return true;
 }
 
@@ -1351,16 +1375,12 @@ lf_live_range_keys(LfMapping *m, int i, Snapshot snap, BlockNumber lo, BlockNumb
 
 		CHECK_FOR_INTERRUPTS();
 		lf_live_tuple_key(m, i, ExecFetchSlotHeapTuple(slot, false, NULL), desc, key);
-		if (last != NULL && lf_keys_equal(m, i, desc, key, last))
+		if (last != NULL && lf_keys_equal(m, key, last))
 			continue;
 		last = palloc(LF_KEY_SIZE(m->nkeys));
 		for (int k = 0; k < m->nkeys; k++)
-		{
-			Form_pg_attribute att = TupleDescAttr(desc, m->keys[i][k] - 1);
-
 			last[k] = LF_KEY_ISNULL(m->nkeys, key, k) ? (Datum) 0 :
-				datumCopy(key[k], att->attbyval, att->attlen);
-		}
+				datumCopy(key[k], m->keybyvals[k], m->keylens[k]);
 		last[m->nkeys] = key[m->nkeys];
 		keys = lappend(keys, last);
 		if (tids)
@@ -1469,7 +1489,7 @@ memo_has(LfMapping *m, TupleDesc desc, Datum *key)
 {
 	KeyMemo    *mm = memo_slot(m);
 
-	return mm->keys == m->done_keys && lf_keys_equal(m, 0, desc, mm->key, key);
+	return mm->keys == m->done_keys && lf_keys_equal(m, mm->key, key);
 }
 
 static void
@@ -1671,7 +1691,7 @@ migrate_written_groups(LfMigration *mig, LfMapping *m, TriggerData *td, HeapTupl
 	}
 	if (has_old && has_new)
 	{
-		has_new = !lf_keys_equal(m, 0, desc, oldkey, newkey);
+		has_new = !lf_keys_equal(m, oldkey, newkey);
 		if (!has_new && !unit_columns_changed(mig, m, desc, td->tg_trigtuple, result))
 			return;
 	}
@@ -1755,9 +1775,9 @@ append_not_done(StringInfo sql, LfMapping *m, int i, uint32 nulls)
 			appendStringInfoString(sql, "IS NULL");
 			continue;
 		}
-		tup = SearchSysCache1(OPEROID, ObjectIdGetDatum(m->eqops[k]));
+		tup = SearchSysCache1(OPEROID, ObjectIdGetDatum(m->keyinops[i][k]));
 		if (!HeapTupleIsValid(tup))
-			elog(ERROR, "cache lookup failed for operator %u", m->eqops[k]);
+			elog(ERROR, "cache lookup failed for operator %u", m->keyinops[i][k]);
 		op = (Form_pg_operator) GETSTRUCT(tup);
 		appendStringInfo(sql, "OPERATOR(%s.%s) l.%s",
 						 quote_identifier(get_namespace_name(op->oprnamespace)),

@@ -1598,8 +1598,8 @@ describe_pending(PendingMapping *pm, LfMapping *m)
  * first one's rows, keyed by the primary key); and the script neither
  * replaces it nor reads a table still being filled.  live.c checks the
  * tables and each mapping's key (at most four key columns that may be
- * NULL, one type on both sides of a join, no rules, no row security, no
- * BEFORE row trigger firing after its own).
+ * NULL, a join's key of one type or of two that convert, no rules, no row
+ * security, no BEFORE row trigger firing after its own).
  */
 static const char *
 why_not_in_place(StartState *st, Oid relid, bool live)
@@ -1646,7 +1646,8 @@ refuse_shared_units(const char *name, const char *why)
 	refuse(errmsg("table \"%s\" is read by GROUP BY or join mappings that cannot track it by keys: %s",
 				  name, why),
 		   errdetail("GROUP BY and join mappings whose units differ share a table through a table of done keys each, "
-					 "which needs a join's key columns of one type on both sides, and at most %d key columns that may be NULL.",
+					 "which needs a join's key columns of one type on both sides, or of two types one of which converts to the other implicitly and immutably, "
+					 "and at most %d key columns that may be NULL.",
 					 LF_MAX_NULLABLE_KEYS),
 		   errhint("Fill one of the new tables in a later migration."));
 }

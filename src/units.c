@@ -39,7 +39,9 @@
 #include "access/table.h"
 #include "access/tableam.h"
 #include "catalog/pg_am.h"
+#include "catalog/pg_proc.h"
 #include "catalog/pg_type.h"
+#include "commands/defrem.h"
 #include "executor/tuptable.h"
 #include "nodes/makefuncs.h"
 #include "nodes/nodeFuncs.h"
@@ -47,8 +49,9 @@
 #include "parser/parse_coerce.h"
 #include "parser/parsetree.h"
 #include "utils/datum.h"
-#include "utils/hsearch.h"
+#include "utils/builtins.h"
 #include "utils/fmgroids.h"
+#include "utils/hsearch.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
 #include "utils/syscache.h"
@@ -99,6 +102,132 @@ join_shape(Query *q, int *rti, JoinType *jointype, Node **quals)
 }
 
 /*
+ * The type that a value of `from` converts to implicitly, exactly and
+ * immutably, as `to`: true, with the cast's function in *cast, or none
+ * when the types are binary coercible.
+ */
+static bool
+converts_to(Oid from, Oid to, Oid *cast)
+{
+	Oid			funcid = InvalidOid;
+
+	*cast = InvalidOid;
+	switch (find_coercion_pathway(to, from, COERCION_IMPLICIT, &funcid))
+	{
+		case COERCION_PATH_RELABELTYPE:
+			return true;
+		case COERCION_PATH_FUNC:
+			if (func_volatile(funcid) != PROVOLATILE_IMMUTABLE || get_func_nargs(funcid) != 1)
+				return false;
+			*cast = funcid;
+			return true;
+		default:
+			return false;
+	}
+}
+
+/*
+ * The key of m as a table of done keys holds it (live.c): per key column,
+ * its type, that type's equality and its equality with each input's
+ * column, and how each input's value converts to it.  A GROUP BY's key
+ * and a join's of one type on both sides is input 0's, and so is a join's
+ * of types its equality takes as one (varchar = text).  A join whose key
+ * columns differ in type (int = bigint) keeps the type the other side's
+ * values convert to implicitly (bigint): the cast is exact, and the
+ * operator family of the join's equality orders both types alike, so two
+ * values the join finds equal convert to one key (as a merge join relies
+ * on).  Returns NULL, or why there is no such type.
+ */
+static const char *
+describe_key_types(LfMapping *m)
+{
+	const char *why = NULL;
+
+	for (int k = 0; k < m->nkeys; k++)
+	{
+		Oid			t[2] = {InvalidOid, InvalidOid};
+		Oid			w;
+		Oid			fam = InvalidOid;
+		ListCell   *lc;
+
+		for (int i = 0; i < m->ninputs; i++)
+		{
+			t[i] = get_atttype(m->inputs[i], m->keys[i][k]);
+			m->keyinops[i][k] = m->eqops[k];
+			m->keycasts[i][k] = InvalidOid;
+		}
+		m->keytypes[k] = t[0];
+		m->keyeqops[k] = m->eqops[k];
+		if (OidIsValid(t[0]))
+			get_typlenbyval(t[0], &m->keylens[k], &m->keybyvals[k]);
+		if (m->ninputs == 2 && t[0] != t[1] && OidIsValid(t[0]) && OidIsValid(t[1]))
+		{
+			Oid			n[2];	/* the types the equality takes them as */
+
+			op_input_types(m->eqops[k], &n[0], &n[1]);
+			for (int i = 0; i < 2; i++)
+				if (!IsBinaryCoercible(t[i], n[i]))
+					n[i] = t[i];
+			if (n[0] == n[1])
+				continue;		/* varchar = text: one type's bytes, as varchar = varchar */
+			if (converts_to(t[1], n[0], &m->keycasts[1][k]))
+				w = n[0];
+			else if (converts_to(t[0], n[1], &m->keycasts[0][k]))
+				w = n[1];
+			else
+				w = InvalidOid;
+			foreach(lc, OidIsValid(w) ? get_mergejoin_opfamilies(m->eqops[k]) : NIL)
+			{
+				Oid			f = lfirst_oid(lc);
+
+				if (OidIsValid(get_opfamily_member(f, w, w, BTEqualStrategyNumber)) &&
+					OidIsValid(get_opfamily_member(f, w, n[0], BTEqualStrategyNumber)) &&
+					OidIsValid(get_opfamily_member(f, w, n[1], BTEqualStrategyNumber)) &&
+					GetDefaultOpClass(w, BTREE_AM_OID) != InvalidOid &&
+					get_opclass_family(GetDefaultOpClass(w, BTREE_AM_OID)) == f)
+				{
+					fam = f;
+					break;
+				}
+			}
+			if (!OidIsValid(w))
+			{
+				why = psprintf("join key columns of types %s and %s, neither of which converts to the other implicitly and immutably",
+							   format_type_be(t[0]), format_type_be(t[1]));
+				m->keycasts[0][k] = m->keycasts[1][k] = InvalidOid;
+			}
+			else if (!OidIsValid(fam))
+			{
+				why = psprintf("join key columns of types %s and %s, whose equality has no operator family with %s's default operator class",
+							   format_type_be(t[0]), format_type_be(t[1]), format_type_be(w));
+				m->keycasts[0][k] = m->keycasts[1][k] = InvalidOid;
+			}
+			else
+			{
+				m->keytypes[k] = w;
+				get_typlenbyval(w, &m->keylens[k], &m->keybyvals[k]);
+				m->keyeqops[k] = get_opfamily_member(fam, w, w, BTEqualStrategyNumber);
+				for (int i = 0; i < 2; i++)
+					m->keyinops[i][k] = get_opfamily_member(fam, w, n[i], BTEqualStrategyNumber);
+			}
+		}
+	}
+	return why;
+}
+
+/*
+ * Value v (not NULL) of key column k of input i, as m's table of done keys
+ * holds it (keytypes), copied into the current memory context.
+ */
+Datum
+lf_key_value(LfMapping *m, int i, int k, Datum v)
+{
+	if (OidIsValid(m->keycasts[i][k]))
+		return OidFunctionCall1(m->keycasts[i][k], v);	/* a new value */
+	return datumCopy(v, m->keybyvals[k], m->keylens[k]);
+}
+
+/*
  * Fill in the unit description of m from its query: GROUP BY mappings group
  * on plain columns of their input; join mappings join two tables on
  * equalities of columns, one of each (the other conjuncts filter).  Returns
@@ -116,6 +245,7 @@ lf_describe_units(LfMapping *m)
 	m->rtis[0] = 1;
 	m->inputs[0] = m->input;
 	m->nkeys = 0;
+	m->key_types_why = NULL;
 	if (q->groupClause != NIL || q->hasAggs)
 	{
 		m->kind = LF_MAP_GROUPS;
@@ -138,6 +268,7 @@ lf_describe_units(LfMapping *m)
 			m->nkeys++;
 		}
 		m->inputs[0] = rt_fetch(m->rtis[0], q->rtable)->relid;
+		m->key_types_why = describe_key_types(m);
 		return NULL;
 	}
 	if (list_length(q->rtable) > 1)
@@ -204,6 +335,7 @@ lf_describe_units(LfMapping *m)
 				for (int j = k + 1; j < m->nkeys; j++)
 					if (m->keys[i][k] == m->keys[i][j])
 						return "a join that equates one column with two (or one twice)";
+		m->key_types_why = describe_key_types(m);
 		return NULL;
 	}
 	m->rtis[0] = 1;
@@ -292,6 +424,7 @@ lf_describe_row_keys(LfMapping *m)
 	}
 	index_close(idx, AccessShareLock);
 	m->row_keys = true;
+	m->key_types_why = describe_key_types(m);
 	return NULL;
 }
 
@@ -301,10 +434,12 @@ lf_describe_row_keys(LfMapping *m)
  */
 
 /*
- * How to look up the rows of input i by the key values of input `from`:
+ * How to look up the rows of input i by the key values of input `from`, or
+ * by a key as its table of done keys holds it (from FROM_KEYS: keytypes):
  * the index, and per key its index column, comparison procedure and
  * subtype.  Kept per backend, by mapping id (mappings never change).
  */
+#define FROM_KEYS 2
 typedef struct KeyLookup
 {
 	Oid			index;
@@ -319,16 +454,16 @@ typedef struct UnitPlan
 	int			mapping_id;		/* hash key */
 	bool		ready;
 	Oid			inputs[2];		/* of the mapping the plan was made for */
-	KeyLookup	lookup[2][2];	/* [input][from] */
+	KeyLookup	lookup[2][3];	/* [input][from, or FROM_KEYS] */
 } UnitPlan;
 
 static HTAB *unit_plans = NULL;
 
-/* The type of key k of input i, as a value. */
+/* The type of key k of input i (or FROM_KEYS: as done keys hold it), as a value. */
 static Oid
 key_type(LfMapping *m, int i, int k)
 {
-	return get_atttype(m->inputs[i], m->keys[i][k]);
+	return i == FROM_KEYS ? m->keytypes[k] : get_atttype(m->inputs[i], m->keys[i][k]);
 }
 
 /*
@@ -407,6 +542,16 @@ find_key_index(LfMapping *m, int i, int from, KeyLookup *kl)
 }
 
 /*
+ * Does m look its units' rows up by values of `from`: each input's, and,
+ * when the key has a type its table of done keys may hold, the done keys'.
+ */
+static bool
+looks_up_from(LfMapping *m, int from)
+{
+	return from < m->ninputs || (from == FROM_KEYS && m->key_types_why == NULL);
+}
+
+/*
  * The index through which the rows of a unit are found in input i, or
  * InvalidOid: start() refuses a mapping without one on every input (a
  * scan of the input per unit is no way to migrate).
@@ -418,8 +563,8 @@ lf_unit_index(LfMapping *m, int i)
 	int			from;
 	Oid			idx = InvalidOid;
 
-	for (from = 0; from < m->ninputs; from++)
-		if (!OidIsValid(idx = find_key_index(m, i, from, &kl)))
+	for (from = 0; from <= FROM_KEYS; from++)
+		if (looks_up_from(m, from) && !OidIsValid(idx = find_key_index(m, i, from, &kl)))
 			return InvalidOid;
 	return idx;
 }
@@ -436,8 +581,9 @@ unit_plan_current(LfMapping *m, UnitPlan *up)
 	{
 		if (up->inputs[i] != m->inputs[i])
 			return false;
-		for (int from = 0; from < m->ninputs; from++)
-			if (!SearchSysCacheExists1(RELOID, ObjectIdGetDatum(up->lookup[i][from].index)))
+		for (int from = 0; from <= FROM_KEYS; from++)
+			if (looks_up_from(m, from) &&
+				!SearchSysCacheExists1(RELOID, ObjectIdGetDatum(up->lookup[i][from].index)))
 				return false;
 	}
 	return true;
@@ -464,8 +610,9 @@ unit_plan(LfMapping *m)
 	up->inputs[0] = m->inputs[0];
 	up->inputs[1] = m->ninputs > 1 ? m->inputs[1] : InvalidOid;
 	for (i = 0; i < m->ninputs; i++)
-		for (from = 0; from < m->ninputs; from++)
-			if (!OidIsValid(find_key_index(m, i, from, &up->lookup[i][from])))
+		for (from = 0; from <= FROM_KEYS; from++)
+			if (looks_up_from(m, from) &&
+				!OidIsValid(find_key_index(m, i, from, &up->lookup[i][from])))
 				ereport(ERROR,
 						(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 						 errmsg("leapfrog: no index on the key of input \"%s\" of mapping %d",
@@ -582,10 +729,7 @@ lf_units_of(LfMapping *m, int from, ItemPointer seeds, int nseeds, Snapshot snap
 		mask = 0;
 		for (k = 0; k < m->nkeys; k++)
 		{
-			Form_pg_attribute att = TupleDescAttr(RelationGetDescr(rels[from]),
-												  m->keys[from][k] - 1);
-
-			u->key[k] = nulls[k] ? (Datum) 0 : datumCopy(values[k], att->attbyval, att->attlen);
+			u->key[k] = nulls[k] ? (Datum) 0 : lf_key_value(m, from, k, values[k]);
 			if (nulls[k])
 				mask |= 1u << k;
 		}
@@ -635,13 +779,12 @@ lf_units_of(LfMapping *m, int from, ItemPointer seeds, int nseeds, Snapshot snap
 }
 
 /*
- * The rows of the units of keys (each a key of input 0's key columns,
- * LF_KEY_SIZE, whose NULLs are equal) of mapping m tracked by keys (a GROUP
- * BY or join mapping, or a row mapping by primary key), as snap sees them,
- * an LfUnit per key, its rows in each input: the units claimed by their
- * keys (live.c), which may have no row.  (A join tracked by keys has the
- * same key types on both sides, live.c.)  The caller holds locks on the
- * inputs.
+ * The rows of the units of keys (each a key as m's table of done keys holds
+ * it, LF_KEY_SIZE, whose NULLs are equal) of mapping m tracked by keys (a
+ * GROUP BY or join mapping, or a row mapping by primary key), as snap sees
+ * them, an LfUnit per key, its rows in each input: the units claimed by
+ * their keys (live.c), which may have no row.  The caller holds locks on
+ * the inputs.
  */
 List *
 lf_units_by_keys(LfMapping *m, List *keys, Snapshot snap)
@@ -658,7 +801,7 @@ lf_units_by_keys(LfMapping *m, List *keys, Snapshot snap)
 	for (int i = 0; i < m->ninputs; i++)
 	{
 		rels[i] = table_open(m->inputs[i], AccessShareLock);
-		idxs[i] = index_open(up->lookup[i][0].index, AccessShareLock);
+		idxs[i] = index_open(up->lookup[i][FROM_KEYS].index, AccessShareLock);
 		slots[i] = table_slot_create(rels[i], NULL);
 	}
 	foreach(lc, keys)
@@ -672,7 +815,7 @@ lf_units_by_keys(LfMapping *m, List *keys, Snapshot snap)
 		{
 			List	   *found = NIL;
 
-			lookup_rows(rels[i], idxs[i], &up->lookup[i][0], m->nkeys, u->key, nulls, snap,
+			lookup_rows(rels[i], idxs[i], &up->lookup[i][FROM_KEYS], m->nkeys, u->key, nulls, snap,
 						slots[i], &found);
 			u->n[i] = tid_list_to_array(found, &u->tids[i]);
 			list_free_deep(found);
