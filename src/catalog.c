@@ -439,6 +439,21 @@ load_mapping(HeapTuple tup, TupleDesc desc)
 	m->mappings = lappend(m->mappings, map);
 }
 
+/* The number of columns of relation relid, or 0 if there is none */
+static int
+relation_natts(Oid relid)
+{
+	HeapTuple	tup = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
+	int			natts = 0;
+
+	if (HeapTupleIsValid(tup))
+	{
+		natts = ((Form_pg_class) GETSTRUCT(tup))->relnatts;
+		ReleaseSysCache(tup);
+	}
+	return natts;
+}
+
 /*
  * The mappings of m tracked by keys read their input through the groups not
  * in their table of done keys (lf_live_unmigrated_query).  A row mapping of
@@ -501,8 +516,11 @@ load_unmigrated(LfMigration *m)
 				memcpy(map->keyinops[0], carrier->keyinops[i], sizeof(map->keyinops[0]));
 				memcpy(map->keycasts[0], carrier->keycasts[i], sizeof(map->keycasts[0]));
 				map->key_types_why = carrier->key_types_why;
+				map->row_sides[0] = i;
 			}
 		}
+		/* a join's keys with NULLs are rows (LF_KEY_ROW): its done keys have them */
+		map->null_rows = relation_natts(map->done_keys) == map->nkeys + 2;
 		/* both are there unless dropped behind the DDL guard's back */
 		if (map->nkeys > 0 &&
 			SearchSysCacheExists1(RELOID, ObjectIdGetDatum(map->inputs[0])) &&

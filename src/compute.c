@@ -698,6 +698,7 @@ lf_compute_shortcut(QueryDesc *qd)
 		for (int k = 0; k < m->nkeys; k++)
 			all &= !nulls[k];
 		key[m->nkeys] = UInt32GetDatum(0);
+		lf_key_set_row(m->nkeys, key, 0, NULL);
 
 		/* (a group not migrated: the gate finds the answer, lf_live_done_at) */
 		if (!all || !lf_live_done_at(m, key, qd->snapshot))

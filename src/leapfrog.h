@@ -196,6 +196,9 @@ typedef struct LfMapping
 								 * the input's primary key, with done_keys of
 								 * its own (a live input only row mappings
 								 * read) */
+	bool		null_rows;		/* a key with NULLs is a row (LF_KEY_ROW):
+								 * a join's, or a row mapping's it carries */
+	int			row_sides[2];	/* the input a row of input i is recorded as */
 	/* of a mapping tracking a live input: columns its units' copies read */
 	bool		unit_cols_known;	/* unit_cols and unit_cols_all are set */
 	bool		unit_cols_all;	/* a whole row, a system or generated column */
@@ -206,15 +209,31 @@ typedef struct LfMapping
  * A key of a mapping's unit, as a Datum array: its nkeys values, then, at
  * key[nkeys], a mask of the NULL ones (bit k for key column k; a NULL
  * value is 0).  NULLs are equal in a table tracked by keys (live.c), so a
- * GROUP BY's NULL group is one unit, and so are a join's rows with one
- * NULL key (they match nothing, and the join restricted to them gives each
- * preserved row once, NULL-extended; only retired tables have them, as a
- * join's live inputs are replaced).
+ * GROUP BY's NULL group is one unit.  A join's row with a NULL key matches
+ * nothing: it is a unit of its own, the row, at key[nkeys + 1] (its block
+ * + 1; 0 for a key that is not a row) and key[nkeys + 2] (its input << 16
+ * | its offset).  Only retired tables have them, as a join's live inputs
+ * are replaced.
  */
-#define LF_KEY_MAX (INDEX_MAX_KEYS + 1)
-#define LF_KEY_SIZE(nkeys) (((nkeys) + 1) * sizeof(Datum))
+#define LF_KEY_MAX (INDEX_MAX_KEYS + 3)
+#define LF_KEY_SIZE(nkeys) (((nkeys) + 3) * sizeof(Datum))
 #define LF_KEY_NULLS(nkeys, key) DatumGetUInt32((key)[(nkeys)])
 #define LF_KEY_ISNULL(nkeys, key, k) ((LF_KEY_NULLS(nkeys, key) & (1u << (k))) != 0)
+#define LF_KEY_ROW(nkeys, key) (DatumGetUInt32((key)[(nkeys) + 1]) != 0)
+#define LF_KEY_ROW_INPUT(nkeys, key) ((int) (DatumGetUInt32((key)[(nkeys) + 2]) >> 16))
+static inline void
+lf_key_set_row(int nkeys, Datum *key, int input, ItemPointer tid)
+{
+	key[nkeys + 1] = tid ? UInt32GetDatum(ItemPointerGetBlockNumber(tid) + 1) : (Datum) 0;
+	key[nkeys + 2] = tid ? UInt32GetDatum(((uint32) input << 16) | ItemPointerGetOffsetNumber(tid)) :
+		(Datum) 0;
+}
+static inline void
+lf_key_get_row(int nkeys, Datum *key, ItemPointer tid)
+{
+	ItemPointerSet(tid, DatumGetUInt32(key[nkeys + 1]) - 1,
+				   (OffsetNumber) (DatumGetUInt32(key[nkeys + 2]) & 0xFFFF));
+}
 /* each pattern of NULLs has a test of its own (lf_live_unmigrated_query) */
 #define LF_MAX_NULLABLE_KEYS 4
 

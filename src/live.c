@@ -31,7 +31,9 @@
  * table of done keys holds its key in input 0's columns, of the type both
  * sides' values convert to (LfMapping.keytypes: input 0's, or the wider of
  * two, units.c) and covers both its inputs: a key claimed from a row of
- * either side migrates the rows of both.
+ * either side migrates the rows of both.  A join's row with a NULL key
+ * matches nothing: its key is the row (LF_KEY_ROW), in two more columns
+ * of the table of done keys.
  *
  * So a row written after start() only ever lands in a group already
  * migrated, and an unmigrated group holds exactly its rows at start(), as
@@ -376,6 +378,13 @@ lf_live_track(LfMapping *m, int migration_id, int nth, Oid *trigger)
 	}
 	index_close(idx, AccessShareLock);
 
+	/* a join's row with a NULL key is its own unit: the row (LF_KEY_ROW) */
+	if (m->kind == LF_MAP_JOIN && nullable)
+	{
+		appendStringInfoString(&cols, ", leapfrog_row_input pg_catalog.int4, leapfrog_row pg_catalog.tid");
+		appendStringInfoString(&idxcols, ", leapfrog_row_input pg_catalog.int4_ops, leapfrog_row pg_catalog.tid_ops");
+	}
+
 	if (nth == 0)
 		snprintf(name, sizeof(name), "m%d_%u_done_keys", migration_id, relid);
 	else
@@ -497,10 +506,11 @@ null_test(Expr *arg, NullTestType type)
  * EXISTS (SELECT FROM done_keys d WHERE d.k1 = rhs1 AND ...): rhs[k] is a
  * value of input i's key column k (the right operand of m->keyinops[i]),
  * at the sublink's level (so an input Var has varlevelsup 1), or NULL for
- * d.k IS NULL.
+ * d.k IS NULL.  With row (input i's ctid, at that level), the key is that
+ * row's (LF_KEY_ROW): AND d.leapfrog_row_input = i AND d.leapfrog_row = row.
  */
 static SubLink *
-done_keys_exists(LfMapping *m, int i, Expr **rhs)
+done_keys_exists(LfMapping *m, int i, Expr **rhs, Expr *row)
 {
 	Query	   *sub = makeNode(Query);
 	RangeTblEntry *rte = makeNode(RangeTblEntry);
@@ -539,6 +549,31 @@ done_keys_exists(LfMapping *m, int i, Expr **rhs)
 										   k + 1 - FirstLowInvalidHeapAttributeNumber);
 		colnames = lappend(colnames, makeString(psprintf("k%d", k + 1)));
 	}
+	if (m->null_rows)
+	{
+		colnames = lappend(lappend(colnames, makeString("leapfrog_row_input")),
+						   makeString("leapfrog_row"));
+		if (row != NULL)
+		{
+			OpExpr	   *eq;
+
+			conds = lappend(conds,
+							make_opclause(Int4EqualOperator, BOOLOID, false,
+										  (Expr *) makeVar(1, m->nkeys + 1, INT4OID, -1, InvalidOid, 0),
+										  (Expr *) makeConst(INT4OID, -1, InvalidOid, 4,
+															 Int32GetDatum(m->row_sides[i]), false, true),
+										  InvalidOid, InvalidOid));
+			((OpExpr *) llast(conds))->opfuncid = F_INT4EQ;
+			eq = (OpExpr *) make_opclause(TIDEqualOperator, BOOLOID, false,
+										  (Expr *) makeVar(1, m->nkeys + 2, TIDOID, -1, InvalidOid, 0),
+										  row, InvalidOid, InvalidOid);
+			eq->opfuncid = F_TIDEQ;
+			conds = lappend(conds, eq);
+			for (int c = m->nkeys + 1; c <= m->nkeys + 2; c++)
+				rte->selectedCols = bms_add_member(rte->selectedCols,
+												   c - FirstLowInvalidHeapAttributeNumber);
+		}
+	}
 	rte->eref = makeAlias("lf_done_keys", colnames);
 	sub->commandType = CMD_SELECT;
 	sub->querySource = QSRC_ORIGINAL;
@@ -568,7 +603,9 @@ done_keys_exists(LfMapping *m, int i, Expr **rhs)
  * (SELECT FROM done_keys d WHERE d.k1 IS NULL AND d.k2 = input.k2), which
  * the index of done keys answers (IS NOT DISTINCT FROM would read all of it
  * for every such row).  With one such column its subquery is a constant,
- * run once at most, when a row with a NULL key is met.
+ * run once at most, when a row with a NULL key is met.  A join's key with
+ * NULLs is the row (LF_KEY_ROW): its subquery also tests
+ * d.leapfrog_row_input and d.leapfrog_row against the input's ctid.
  */
 Query *
 lf_live_unmigrated_query(LfMapping *m)
@@ -577,6 +614,9 @@ lf_live_unmigrated_query(LfMapping *m)
 	Expr	   *rhs[INDEX_MAX_KEYS];
 	int			p = lf_unit_input_index(m, m->input);	/* a join's preserved side */
 	uint32		nullable = nullable_key_columns(m, p);
+	/* a join's row with a NULL key is its own unit: its ctid */
+	Expr	   *row = m->null_rows ?
+		(Expr *) makeVar(m->rtis[p], SelfItemPointerAttributeNumber, TIDOID, -1, InvalidOid, 1) : NULL;
 
 	for (int k = 0; k < m->nkeys; k++)
 	{
@@ -589,7 +629,7 @@ lf_live_unmigrated_query(LfMapping *m)
 	}
 	q->jointree->quals = make_and_qual(q->jointree->quals,
 									   (Node *) makeBoolExpr(NOT_EXPR,
-															 list_make1(done_keys_exists(m, p, rhs)),
+															 list_make1(done_keys_exists(m, p, rhs, NULL)),
 															 -1));
 	/* every non-empty subset s of the nullable columns: those NULL, the others not */
 	for (uint32 s = nullable; s != 0; s = (s - 1) & nullable)
@@ -615,7 +655,7 @@ lf_live_unmigrated_query(LfMapping *m)
 																		list_make1(make_ands_explicit(pattern)),
 																		-1),
 														   makeBoolExpr(NOT_EXPR,
-																		list_make1(done_keys_exists(m, p, r)),
+																		list_make1(done_keys_exists(m, p, r, row)),
 																		-1)),
 												-1));
 	}
@@ -660,7 +700,7 @@ lf_live_pinned_gate(LfMapping *m, List *conds, int varno)
 		if (exprType((Node *) rhs[k]) != m->keytypes[k])
 			fn = InvalidOid;
 	if (!OidIsValid(fn))
-		return (Node *) makeBoolExpr(NOT_EXPR, list_make1(done_keys_exists(m, 0, rhs)), -1);
+		return (Node *) makeBoolExpr(NOT_EXPR, list_make1(done_keys_exists(m, 0, rhs, NULL)), -1);
 	args = list_make1(makeConst(INT4OID, -1, InvalidOid, 4, Int32GetDatum(m->id), false, true));
 	for (int k = 0; k < m->nkeys; k++)
 		args = lappend(args, rhs[k]);
@@ -858,9 +898,12 @@ done_visible(LfDoneKeys *d, Snapshot snap)
 static bool
 probe(LfDoneKeys *d, LfMapping *m, Datum *key, Snapshot snap)
 {
-	ScanKeyData sk[INDEX_MAX_KEYS];
+	ScanKeyData sk[INDEX_MAX_KEYS + 2];
 	IndexScanDesc scan;
 	bool		found;
+
+	int			nsk = m->nkeys;
+	ItemPointerData row;
 
 	for (int k = 0; k < m->nkeys; k++)
 	{
@@ -871,8 +914,25 @@ probe(LfDoneKeys *d, LfMapping *m, Datum *key, Snapshot snap)
 			ScanKeyEntryInitialize(&sk[k], 0, k + 1, BTEqualStrategyNumber, InvalidOid,
 								   d->idx->rd_indcollation[k], get_opcode(m->keyeqops[k]), key[k]);
 	}
-	scan = index_beginscan(d->rel, d->idx, snap, m->nkeys, 0);
-	index_rescan(scan, sk, m->nkeys, NULL, 0);
+	if (m->null_rows)
+	{
+		/* the row of a join's key with NULLs, or none */
+		if (LF_KEY_ROW(m->nkeys, key))
+		{
+			lf_key_get_row(m->nkeys, key, &row);
+			ScanKeyInit(&sk[nsk], nsk + 1, BTEqualStrategyNumber, F_INT4EQ,
+						Int32GetDatum(LF_KEY_ROW_INPUT(m->nkeys, key)));
+			ScanKeyInit(&sk[nsk + 1], nsk + 2, BTEqualStrategyNumber, F_TIDEQ,
+						PointerGetDatum(&row));
+		}
+		else
+			for (int c = nsk; c < nsk + 2; c++)
+				ScanKeyEntryInitialize(&sk[c], SK_ISNULL | SK_SEARCHNULL, c + 1, InvalidStrategy,
+									   InvalidOid, InvalidOid, InvalidOid, (Datum) 0);
+		nsk += 2;
+	}
+	scan = index_beginscan(d->rel, d->idx, snap, nsk, 0);
+	index_rescan(scan, sk, nsk, NULL, 0);
 	found = index_getnext_slot(scan, ForwardScanDirection, d->slot);
 	index_endscan(scan);
 	return found;
@@ -888,25 +948,41 @@ probe(LfDoneKeys *d, LfMapping *m, Datum *key, Snapshot snap)
 static bool
 insert_key(LfDoneKeys *d, LfMapping *m, Datum *key, IndexUniqueCheck check, ItemPointer tid)
 {
-	bool		nulls[INDEX_MAX_KEYS];
+	Datum		values[INDEX_MAX_KEYS + 2];
+	bool		nulls[INDEX_MAX_KEYS + 2];
+	int			ncols = m->nkeys + (m->null_rows ? 2 : 0);
+	ItemPointerData row;
 	HeapTuple	tup;
 	bool		result;
 
 	for (int k = 0; k < m->nkeys; k++)
+	{
+		values[k] = key[k];
 		nulls[k] = LF_KEY_ISNULL(m->nkeys, key, k);
-	tup = heap_form_tuple(RelationGetDescr(d->rel), key, nulls);
+	}
+	if (m->null_rows)
+	{
+		bool		is_row = LF_KEY_ROW(m->nkeys, key);
+
+		if (is_row)
+			lf_key_get_row(m->nkeys, key, &row);
+		values[m->nkeys] = Int32GetDatum(is_row ? LF_KEY_ROW_INPUT(m->nkeys, key) : 0);
+		values[m->nkeys + 1] = PointerGetDatum(&row);
+		nulls[m->nkeys] = nulls[m->nkeys + 1] = !is_row;
+	}
+	tup = heap_form_tuple(RelationGetDescr(d->rel), values, nulls);
 
 	if (d->info == NULL)
 	{
 		d->info = BuildIndexInfo(d->idx);
 		/* lf_live_track built it on the columns in order: a key is its values */
-		for (int k = 0; k < m->nkeys; k++)
-			if (d->info->ii_NumIndexKeyAttrs != m->nkeys ||
+		for (int k = 0; k < ncols; k++)
+			if (d->info->ii_NumIndexKeyAttrs != ncols ||
 				d->info->ii_IndexAttrNumbers[k] != k + 1)
 				elog(ERROR, "leapfrog: unexpected index on %s", RelationGetRelationName(d->rel));
 	}
 	simple_heap_insert(d->rel, tup);
-	result = index_insert(d->idx, key, nulls, &tup->t_self, d->rel, check, false, d->info);
+	result = index_insert(d->idx, values, nulls, &tup->t_self, d->rel, check, false, d->info);
 	*tid = tup->t_self;
 	heap_freetuple(tup);
 	return result;
@@ -937,6 +1013,9 @@ key_hash(LfMapping *m, Datum *key)
 			return 0;
 		h = hash_combine(h, DatumGetUInt32(OidFunctionCall1Coll(lhs, m->collations[k], key[k])));
 	}
+	if (LF_KEY_ROW(m->nkeys, key))
+		h = hash_combine(hash_combine(h, DatumGetUInt32(key[m->nkeys + 1])),
+						 DatumGetUInt32(key[m->nkeys + 2]));
 	return h;
 }
 
@@ -1233,6 +1312,7 @@ leapfrog_group_migrated(PG_FUNCTION_ARGS)
 	for (int k = 0; k < m->nkeys; k++)
 		key[k] = PG_GETARG_DATUM(k + 1);
 	key[m->nkeys] = UInt32GetDatum(0);
+	lf_key_set_row(m->nkeys, key, 0, NULL);
 	PG_RETURN_BOOL(lf_live_done_at(m, key, GetActiveSnapshot()));
 }
 
@@ -1323,6 +1403,7 @@ lf_live_tuple_key(LfMapping *m, int i, HeapTuple tup, TupleDesc desc, Datum *key
 			key[k] = OidFunctionCall1(m->keycasts[i][k], key[k]);
 	}
 	key[m->nkeys] = UInt32GetDatum(nulls);
+	lf_key_set_row(m->nkeys, key, m->row_sides[i], nulls && m->null_rows ? &tup->t_self : NULL);
 }
 
 /*
@@ -1335,7 +1416,8 @@ lf_live_tuple_key(LfMapping *m, int i, HeapTuple tup, TupleDesc desc, Datum *key
 bool
 lf_keys_equal(LfMapping *m, Datum *a, Datum *b)
 {
-	if (a[m->nkeys] != b[m->nkeys])
+	if (a[m->nkeys] != b[m->nkeys] || a[m->nkeys + 1] != b[m->nkeys + 1] ||
+		a[m->nkeys + 2] != b[m->nkeys + 2])
 		return false;
 	for (int k = 0; k < m->nkeys; k++)
 		if (!LF_KEY_ISNULL(m->nkeys, a, k) &&
@@ -1381,7 +1463,8 @@ lf_live_range_keys(LfMapping *m, int i, Snapshot snap, BlockNumber lo, BlockNumb
 		for (int k = 0; k < m->nkeys; k++)
 			last[k] = LF_KEY_ISNULL(m->nkeys, key, k) ? (Datum) 0 :
 				datumCopy(key[k], m->keybyvals[k], m->keylens[k]);
-		last[m->nkeys] = key[m->nkeys];
+		for (int s = m->nkeys; s < m->nkeys + 3; s++)
+			last[s] = key[s];	/* the NULLs, the row */
 		keys = lappend(keys, last);
 		if (tids)
 		{
@@ -1513,7 +1596,8 @@ memo_remember(LfMapping *m, TupleDesc desc, Datum *key)
 		mm->typbyval[k] = att->attbyval;
 		mm->typlen[k] = att->attlen;
 	}
-	mm->key[m->nkeys] = key[m->nkeys];
+	for (int s = m->nkeys; s < m->nkeys + 3; s++)
+		mm->key[s] = key[s];	/* the NULLs, the row */
 	MemoryContextSwitchTo(old);
 	mm->nkeys = m->nkeys;
 	mm->keys = m->done_keys;
@@ -1785,6 +1869,10 @@ append_not_done(StringInfo sql, LfMapping *m, int i, uint32 nulls)
 						 quote_identifier(get_attname(m->inputs[i], m->keys[i][k], false)));
 		ReleaseSysCache(tup);
 	}
+	/* a join's row with a NULL key is its own unit (LF_KEY_ROW) */
+	if (nulls != 0 && m->null_rows)
+		appendStringInfo(sql, " AND d.leapfrog_row_input = %d AND d.leapfrog_row OPERATOR(pg_catalog.=) l.ctid",
+						 m->row_sides[i]);
 	appendStringInfoChar(sql, ')');
 }
 

@@ -152,6 +152,7 @@ describe_key_types(LfMapping *m)
 
 		for (int i = 0; i < m->ninputs; i++)
 		{
+			m->row_sides[i] = i;
 			t[i] = get_atttype(m->inputs[i], m->keys[i][k]);
 			m->keyinops[i][k] = m->eqops[k];
 			m->keycasts[i][k] = InvalidOid;
@@ -734,13 +735,16 @@ lf_units_of(LfMapping *m, int from, ItemPointer seeds, int nseeds, Snapshot snap
 				mask |= 1u << k;
 		}
 		u->key[m->nkeys] = UInt32GetDatum(mask);
-		if ((anynull && m->kind == LF_MAP_JOIN && !OidIsValid(m->done_keys)) || m->row_keys)
+		lf_key_set_row(m->nkeys, u->key, m->row_sides[from], anynull && m->null_rows ? &tid : NULL);
+		if ((anynull && m->kind == LF_MAP_JOIN && (!OidIsValid(m->done_keys) || m->null_rows)) ||
+			m->row_keys)
 		{
 			/*
 			 * A NULL join key matches nothing: the row is a unit of its own
-			 * (tracked by keys, it is the key's unit, NULLs equal:
-			 * LF_KEY_SIZE).  So is a row of a mapping keyed by the primary
-			 * key: the key's only row that snap sees.
+			 * (tracked by keys, its key is the row: LF_KEY_ROW; by a table
+			 * of done keys made before that, the key with NULLs equal is
+			 * all its rows, below).  So is a row of a mapping keyed by the
+			 * primary key: the key's only row that snap sees.
 			 */
 			u->n[from] = 1;
 			u->tids[from] = palloc(sizeof(ItemPointerData));
@@ -809,6 +813,25 @@ lf_units_by_keys(LfMapping *m, List *keys, Snapshot snap)
 		LfUnit	   *u = palloc0(sizeof(LfUnit));
 
 		u->key = lfirst(lc);
+		if (LF_KEY_ROW(m->nkeys, u->key))
+		{
+			/* a join's row with a NULL key: itself, if snap sees it */
+			int			i = LF_KEY_ROW_INPUT(m->nkeys, u->key);
+			ItemPointerData tid;
+
+			lf_key_get_row(m->nkeys, u->key, &tid);
+			if (i >= m->ninputs)
+				elog(ERROR, "leapfrog: a key of mapping %d names input %d", m->id, i);
+			if (ItemPointerGetBlockNumber(&tid) < RelationGetNumberOfBlocks(rels[i]) &&
+				table_tuple_fetch_row_version(rels[i], &tid, snap, slots[i]))
+			{
+				u->n[i] = 1;
+				u->tids[i] = palloc(sizeof(ItemPointerData));
+				u->tids[i][0] = tid;
+			}
+			units = lappend(units, u);
+			continue;
+		}
 		for (int k = 0; k < m->nkeys; k++)
 			nulls[k] = LF_KEY_ISNULL(m->nkeys, u->key, k);
 		for (int i = 0; i < m->ninputs; i++)

@@ -293,7 +293,8 @@ SELECT public.regress_eager(:'script4');
 SET search_path = sj_lazy;
 SELECT public.regress_eager(:'setup4');
 SELECT leapfrog.start('sj4', :'script4');
--- each table of done keys holds bigint keys
+-- each join's table of done keys holds bigint keys (and, as a key may be
+-- NULL, the input and ctid of a row with a NULL key: LF_KEY_ROW)
 SELECT p.target_relid::regclass AS target,
        (SELECT string_agg(format_type(a.atttypid, a.atttypmod), ', ' ORDER BY a.attnum)
           FROM pg_attribute a WHERE a.attrelid = p.done_keys AND a.attnum > 0) AS done_key_type,

@@ -2,8 +2,9 @@
 -- shared_null: a table read by several GROUP BY or join mappings whose key
 -- columns may be NULL.  It is tracked by keys (src/live.c), and its tables
 -- of done keys hold NULL keys, NULLs equal: a GROUP BY's NULL group is one
--- unit, and so are a join's rows with one NULL key (they match nothing; the
--- join restricted to them gives each preserved row once, NULL-extended).
+-- unit.  A join's row with a NULL key matches nothing and is a unit of its
+-- own, the row (LF_KEY_ROW: the join's table of done keys records the
+-- input and ctid of such a row).
 -- Every write below runs on both sides (sn_eager ran the script eagerly)
 -- and the tables are compared.
 --
@@ -49,8 +50,10 @@ SELECT p.target_relid::regclass AS target, p.done_keys IS NOT NULL AS by_keys,
          WHERE q.migration_id = p.migration_id AND q.done_keys = p.done_keys ORDER BY q.id LIMIT 1) AS carrier
   FROM leapfrog.mapping p JOIN leapfrog.migration m ON m.id = p.migration_id
  WHERE m.name = 'sn' ORDER BY p.id;
--- Keys migrated per mapping, and how many of them have a NULL.
-CREATE FUNCTION public.sn_done(mig text) RETURNS TABLE (target regclass, keys_done bigint, null_keys bigint)
+-- Keys migrated per mapping, how many of them have a NULL, and how many
+-- are a join's rows.
+CREATE FUNCTION public.sn_done(mig text)
+RETURNS TABLE (target regclass, keys_done bigint, null_keys bigint, rows bigint)
 LANGUAGE plpgsql AS $$
 DECLARE r record;
 BEGIN
@@ -58,14 +61,18 @@ BEGIN
              FROM leapfrog.mapping p JOIN leapfrog.migration m ON m.id = p.migration_id
             WHERE m.name = mig AND p.done_keys IS NOT NULL ORDER BY p.id LOOP
     target := r.t;
-    EXECUTE format('SELECT count(*), count(*) FILTER (WHERE NOT (d IS NOT NULL)) FROM %s d', r.k)
-      INTO keys_done, null_keys;
+    EXECUTE format($q$SELECT count(*),
+                         count(*) FILTER (WHERE EXISTS (SELECT FROM jsonb_each(to_jsonb(d) - 'leapfrog_row_input' - 'leapfrog_row') e
+                                                         WHERE e.value = 'null')),
+                         count(*) FILTER (WHERE to_jsonb(d) ->> 'leapfrog_row' IS NOT NULL)
+                    FROM %s d$q$, r.k)
+      INTO keys_done, null_keys, rows;
     RETURN NEXT;
   END LOOP;
 END $$;
 SELECT leapfrog.remaining('sn');
--- an order without a customer: its join unit is every order without one
--- (and the customers without a number), for the join only
+-- an order without a customer: its join unit is that order alone, for the
+-- join only (a row that matches nothing)
 SELECT * FROM ord_name WHERE o = 10;
 SELECT * FROM public.sn_done('sn');
 SELECT count(*) AS unnamed FROM ord_name WHERE name IS NULL;
@@ -116,7 +123,7 @@ SELECT leapfrog.start('sn2', :'script2');
 CREATE PROCEDURE public.sn_app(s text) LANGUAGE plpgsql AS $$
 BEGIN
   EXECUTE format('SET LOCAL search_path = %I', s);
-  UPDATE ord SET cust = NULL WHERE o = 1;                -- into the NULL unit
+  UPDATE ord SET cust = NULL WHERE o = 1;                -- into the NULL group
   UPDATE ord SET cust = 2, day = NULL WHERE o = 5;        -- out of it, into a NULL day
   UPDATE ord SET amt = amt + 1000 WHERE cust IS NULL;     -- every order without a customer
   DELETE FROM ord WHERE o = 15;
