@@ -750,6 +750,12 @@ step_snapshot(void)
  * the new row).  Fetching through snap gives SERIALIZABLE its predicate
  * locks, as the TID scan would.  Returns how many; their tids in *out.
  */
+/*
+ * Set when a claim skipped a row corrected meanwhile (claim_tids), or a
+ * step met a live row updated since its relevance query found it
+ * (skip_done_seeds): the row is still to migrate, at its new ctid, and the
+ * statement needs another round (migrate_rounds).
+ */
 static bool claim_saw_update = false;
 
 static int
@@ -1391,7 +1397,18 @@ skip_done_seeds(LfMapping *m, int i, LfDoneKeys *d, Snapshot snap, ItemPointer t
 			if (lf_live_done(d, m, key, snap))
 				continue;
 		}
-		keep[n++] = tids[j];	/* (one snap cannot see is skipped by lf_units_of) */
+		else
+		{
+			/*
+			 * Updated since the relevance query found it, by a write that
+			 * left its group unmigrated (no column the group's copy reads
+			 * changed: live.c, unit_columns_changed), or deleted (its group
+			 * migrated first).  lf_units_of skips it; another round finds
+			 * its new version, or its group migrated (live_moved_seed).
+			 */
+			claim_saw_update = true;
+		}
+		keep[n++] = tids[j];
 	}
 	ExecDropSingleTupleTableSlot(slot);
 	table_close(rel, NoLock);
@@ -2068,8 +2085,9 @@ migrate_rounds(QueryDesc *qd, List *live, bool xact, bool all_standalone)
 		 * Relevance queries that read only their input cannot find new rows:
 		 * what they found is now migrated, by us or (skipped by the claim)
 		 * by transactions that have committed.  A new snapshot sees it all.
-		 * Unless the claim skipped a row corrected meanwhile: it is still
-		 * to migrate, at its new ctid, and another round finds it.
+		 * Unless the claim skipped a row corrected meanwhile, or the step a
+		 * live row updated in place: it is still to migrate, at its new
+		 * ctid, and another round finds it.
 		 */
 		if (all_standalone && !claim_saw_update && !completed)
 		{
