@@ -899,11 +899,10 @@ static bool
 probe(LfDoneKeys *d, LfMapping *m, Datum *key, Snapshot snap)
 {
 	ScanKeyData sk[INDEX_MAX_KEYS + 2];
-	IndexScanDesc scan;
-	bool		found;
-
 	int			nsk = m->nkeys;
 	ItemPointerData row;
+	IndexScanDesc scan;
+	bool		found;
 
 	for (int k = 0; k < m->nkeys; k++)
 	{
@@ -1871,7 +1870,7 @@ append_not_done(StringInfo sql, LfMapping *m, int i, uint32 nulls)
 	}
 	/* a join's row with a NULL key is its own unit (LF_KEY_ROW) */
 	if (nulls != 0 && m->null_rows)
-		appendStringInfo(sql, " AND d.leapfrog_row_input = %d AND d.leapfrog_row OPERATOR(pg_catalog.=) l.ctid",
+		appendStringInfo(sql, " AND d.leapfrog_row_input OPERATOR(pg_catalog.=) %d AND d.leapfrog_row OPERATOR(pg_catalog.=) l.ctid",
 						 m->row_sides[i]);
 	appendStringInfoChar(sql, ')');
 }

@@ -333,6 +333,40 @@ SELECT * FROM public.regress_compare('sj_lazy.nk_copy', 'sj_eager.nk_copy');
 SELECT * FROM public.regress_compare('sj_lazy.big_labels', 'sj_eager.big_labels');
 SELECT public.sj_tables_left('sj4');
 
+-- A date joined with a timestamp: the done keys hold timestamp, and a
+-- date converts (midnight) before its claim and look-up.
+SELECT $$
+  CREATE TABLE dk (d date, v int NOT NULL);
+  CREATE INDEX ON dk (d);
+  CREATE TABLE tk (t timestamp PRIMARY KEY, label text);
+  INSERT INTO dk SELECT date '2026-01-01' + g % 5, g FROM generate_series(1, 20) g;
+  INSERT INTO dk VALUES (NULL, 100);
+  INSERT INTO tk SELECT timestamp '2026-01-01' + g * interval '12 hours', 't' || g FROM generate_series(0, 9) g;
+$$ AS setup5 \gset
+SELECT $$
+  CREATE TABLE dk_joined AS SELECT k.v, k.d, t.label FROM dk k LEFT JOIN tk t ON t.t = k.d;
+  CREATE TABLE dk_total AS SELECT d, sum(v) AS v FROM dk GROUP BY d;
+  DROP TABLE dk; DROP TABLE tk;
+$$ AS script5 \gset
+SET search_path = sj_eager;
+SELECT public.regress_eager(:'setup5');
+SELECT public.regress_eager(:'script5');
+SET search_path = sj_lazy;
+SELECT public.regress_eager(:'setup5');
+SELECT leapfrog.start('sj5', :'script5');
+SELECT p.target_relid::regclass AS target,
+       (SELECT string_agg(format_type(a.atttypid, a.atttypmod), ', ' ORDER BY a.attnum)
+          FROM pg_attribute a WHERE a.attrelid = p.done_keys AND a.attnum > 0) AS done_key_type
+  FROM leapfrog.mapping p JOIN leapfrog.migration m ON m.id = p.migration_id
+ WHERE m.name = 'sj5' ORDER BY p.id;
+SELECT * FROM dk_joined WHERE v IN (3, 8) ORDER BY v;
+SELECT * FROM public.sj_done('sj5');
+UPDATE dk_joined SET label = 'x' WHERE d = date '2026-01-02';
+UPDATE sj_eager.dk_joined SET label = 'x' WHERE d = date '2026-01-02';
+SELECT leapfrog.complete('sj5');
+SELECT * FROM public.regress_compare('sj_lazy.dk_joined', 'sj_eager.dk_joined');
+SELECT * FROM public.regress_compare('sj_lazy.dk_total', 'sj_eager.dk_total');
+
 DROP FUNCTION public.sj_done(text);
 DROP FUNCTION public.sj_tables_left(text);
 DROP PROCEDURE public.sj_app(text);
