@@ -127,6 +127,60 @@ converts_to(Oid from, Oid to, Oid *cast)
 }
 
 /*
+ * The btree family of equality eqop that holds w's default operator class
+ * and w's equalities with itself and with n0 and n1, or InvalidOid.
+ */
+static Oid
+key_family(Oid eqop, Oid w, Oid n0, Oid n1)
+{
+	Oid			opclass = GetDefaultOpClass(w, BTREE_AM_OID);
+	ListCell   *lc;
+
+	if (!OidIsValid(opclass))
+		return InvalidOid;
+	foreach(lc, get_mergejoin_opfamilies(eqop))
+	{
+		Oid			f = lfirst_oid(lc);
+
+		if (get_opclass_family(opclass) == f &&
+			OidIsValid(get_opfamily_member(f, w, w, BTEqualStrategyNumber)) &&
+			OidIsValid(get_opfamily_member(f, w, n0, BTEqualStrategyNumber)) &&
+			OidIsValid(get_opfamily_member(f, w, n1, BTEqualStrategyNumber)))
+			return f;
+	}
+	return InvalidOid;
+}
+
+/*
+ * Key column k of join m, whose columns have types t[0] and t[1] that its
+ * equality takes as n[0] and n[1] (differing): held as the one the other
+ * converts to (set in m).  NULL, or why there is none.
+ */
+static const char *
+two_key_types(LfMapping *m, int k, const Oid *t, const Oid *n)
+{
+	Oid			w;
+	Oid			fam;
+
+	if (converts_to(t[1], n[0], &m->keycasts[1][k]))
+		w = n[0];
+	else if (converts_to(t[0], n[1], &m->keycasts[0][k]))
+		w = n[1];
+	else
+		return psprintf("join key columns of types %s and %s, neither of which converts to the other implicitly and immutably",
+						format_type_be(t[0]), format_type_be(t[1]));
+	if (!OidIsValid(fam = key_family(m->eqops[k], w, n[0], n[1])))
+		return psprintf("join key columns of types %s and %s, whose equality has no operator family with %s's default operator class",
+						format_type_be(t[0]), format_type_be(t[1]), format_type_be(w));
+	m->keytypes[k] = w;
+	get_typlenbyval(w, &m->keylens[k], &m->keybyvals[k]);
+	m->keyeqops[k] = get_opfamily_member(fam, w, w, BTEqualStrategyNumber);
+	for (int i = 0; i < 2; i++)
+		m->keyinops[i][k] = get_opfamily_member(fam, w, n[i], BTEqualStrategyNumber);
+	return NULL;
+}
+
+/*
  * The key of m as a table of done keys holds it (live.c): per key column,
  * its type, that type's equality and its equality with each input's
  * column, and how each input's value converts to it.  A GROUP BY's key
@@ -143,16 +197,16 @@ describe_key_types(LfMapping *m)
 {
 	const char *why = NULL;
 
+	for (int i = 0; i < m->ninputs; i++)
+		m->row_sides[i] = i;
 	for (int k = 0; k < m->nkeys; k++)
 	{
 		Oid			t[2] = {InvalidOid, InvalidOid};
-		Oid			w;
-		Oid			fam = InvalidOid;
-		ListCell   *lc;
+		Oid			n[2];		/* the types the equality takes them as */
+		const char *not_two;
 
 		for (int i = 0; i < m->ninputs; i++)
 		{
-			m->row_sides[i] = i;
 			t[i] = get_atttype(m->inputs[i], m->keys[i][k]);
 			m->keyinops[i][k] = m->eqops[k];
 			m->keycasts[i][k] = InvalidOid;
@@ -161,56 +215,18 @@ describe_key_types(LfMapping *m)
 		m->keyeqops[k] = m->eqops[k];
 		if (OidIsValid(t[0]))
 			get_typlenbyval(t[0], &m->keylens[k], &m->keybyvals[k]);
-		if (m->ninputs == 2 && t[0] != t[1] && OidIsValid(t[0]) && OidIsValid(t[1]))
+		if (m->ninputs < 2 || t[0] == t[1] || !OidIsValid(t[0]) || !OidIsValid(t[1]))
+			continue;
+		op_input_types(m->eqops[k], &n[0], &n[1]);
+		for (int i = 0; i < 2; i++)
+			if (!IsBinaryCoercible(t[i], n[i]))
+				n[i] = t[i];
+		if (n[0] == n[1])
+			continue;			/* varchar = text: one type's bytes, as varchar = varchar */
+		if ((not_two = two_key_types(m, k, t, n)) != NULL)
 		{
-			Oid			n[2];	/* the types the equality takes them as */
-
-			op_input_types(m->eqops[k], &n[0], &n[1]);
-			for (int i = 0; i < 2; i++)
-				if (!IsBinaryCoercible(t[i], n[i]))
-					n[i] = t[i];
-			if (n[0] == n[1])
-				continue;		/* varchar = text: one type's bytes, as varchar = varchar */
-			if (converts_to(t[1], n[0], &m->keycasts[1][k]))
-				w = n[0];
-			else if (converts_to(t[0], n[1], &m->keycasts[0][k]))
-				w = n[1];
-			else
-				w = InvalidOid;
-			foreach(lc, OidIsValid(w) ? get_mergejoin_opfamilies(m->eqops[k]) : NIL)
-			{
-				Oid			f = lfirst_oid(lc);
-
-				if (OidIsValid(get_opfamily_member(f, w, w, BTEqualStrategyNumber)) &&
-					OidIsValid(get_opfamily_member(f, w, n[0], BTEqualStrategyNumber)) &&
-					OidIsValid(get_opfamily_member(f, w, n[1], BTEqualStrategyNumber)) &&
-					GetDefaultOpClass(w, BTREE_AM_OID) != InvalidOid &&
-					get_opclass_family(GetDefaultOpClass(w, BTREE_AM_OID)) == f)
-				{
-					fam = f;
-					break;
-				}
-			}
-			if (!OidIsValid(w))
-			{
-				why = psprintf("join key columns of types %s and %s, neither of which converts to the other implicitly and immutably",
-							   format_type_be(t[0]), format_type_be(t[1]));
-				m->keycasts[0][k] = m->keycasts[1][k] = InvalidOid;
-			}
-			else if (!OidIsValid(fam))
-			{
-				why = psprintf("join key columns of types %s and %s, whose equality has no operator family with %s's default operator class",
-							   format_type_be(t[0]), format_type_be(t[1]), format_type_be(w));
-				m->keycasts[0][k] = m->keycasts[1][k] = InvalidOid;
-			}
-			else
-			{
-				m->keytypes[k] = w;
-				get_typlenbyval(w, &m->keylens[k], &m->keybyvals[k]);
-				m->keyeqops[k] = get_opfamily_member(fam, w, w, BTEqualStrategyNumber);
-				for (int i = 0; i < 2; i++)
-					m->keyinops[i][k] = get_opfamily_member(fam, w, n[i], BTEqualStrategyNumber);
-			}
+			why = not_two;
+			m->keycasts[0][k] = m->keycasts[1][k] = InvalidOid;
 		}
 	}
 	return why;
