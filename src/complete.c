@@ -334,8 +334,9 @@ lf_drop_retired(List *relids)
 	{
 		Oid			relid = lfirst_oid(lc);
 		ObjectAddress addr;
-
-		Oid			live;
+		List	   *live;
+		int			locked = 0;
+		Oid			busy = InvalidOid;
 
 		if (!lock_for_drop(relid))
 		{
@@ -344,13 +345,24 @@ lf_drop_retired(List *relids)
 		}
 
 		/*
-		 * A live input's table of done keys takes the input's trigger with it,
-		 * which needs the input's AccessExclusiveLock: only if free now.
+		 * A live input's table of done keys takes the input's trigger with it
+		 * (a join's, the triggers of both inputs), which needs the input's
+		 * AccessExclusiveLock: only if free now.
 		 */
-		if (OidIsValid(live = lf_live_trigger_table(relid)) && !lock_for_drop(live))
+		live = lf_live_trigger_tables(relid);
+		while (locked < list_length(live) && !OidIsValid(busy))
 		{
+			if (lock_for_drop(list_nth_oid(live, locked)))
+				locked++;
+			else
+				busy = list_nth_oid(live, locked);
+		}
+		if (OidIsValid(busy))
+		{
+			for (int j = 0; j < locked; j++)
+				UnlockRelationOid(list_nth_oid(live, j), AccessExclusiveLock);
 			UnlockRelationOid(relid, AccessExclusiveLock);
-			drop_later(relid, live);
+			drop_later(relid, busy);
 			continue;
 		}
 

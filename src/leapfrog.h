@@ -199,10 +199,10 @@ typedef struct LfMapping
 	bool		null_rows;		/* a key with NULLs is a row (LF_KEY_ROW):
 								 * a join's, or a row mapping's it carries */
 	int			row_sides[2];	/* the input a row of input i is recorded as */
-	/* of a mapping tracking a live input: columns its units' copies read */
-	bool		unit_cols_known;	/* unit_cols and unit_cols_all are set */
-	bool		unit_cols_all;	/* a whole row, a system or generated column */
-	Bitmapset  *unit_cols;		/* attribute numbers */
+	/* of a mapping tracking a live input i: columns its units' copies read */
+	bool		unit_cols_known[2];	/* unit_cols and unit_cols_all are set */
+	bool		unit_cols_all[2];	/* a whole row, a system or generated column */
+	Bitmapset  *unit_cols[2];	/* attribute numbers */
 } LfMapping;
 
 /*
@@ -360,8 +360,9 @@ extern bool lf_tracks_keys(LfMapping *m, Oid input);
 extern LfMapping *lf_keys_carrier(LfMigration *mig, LfMapping *m);
 extern const char *lf_live_unsupported(LfMapping *m);
 extern bool lf_column_not_null(Oid relid, AttrNumber att);
-extern Oid	lf_live_track(LfMapping *m, int migration_id, int nth, Oid *trigger);
-extern Oid	lf_live_trigger_table(Oid keys);
+extern Oid	lf_live_track(LfMapping *m, int migration_id);
+extern void lf_live_watch(Oid relid, Oid keys, Oid *trigger);
+extern List *lf_live_trigger_tables(Oid keys);
 extern Query *lf_live_unmigrated_query(LfMapping *m);
 extern Node *lf_live_pinned_gate(LfMapping *m, List *conds, int varno);
 extern List *lf_live_pinned_values(LfMapping *m, List *conds, int varno);
@@ -514,7 +515,7 @@ typedef struct LfClaim
 } LfClaim;
 extern uint64 lf_migrate_range(LfMigration *mig, Oid input, BlockNumber lo, BlockNumber hi,
 							   LfClaim *claim);
-extern void lf_migrate_live_key(LfMigration *mig, LfMapping *m, Datum *key);
+extern void lf_migrate_live_key(LfMigration *mig, LfMapping *m, int i, Datum *key);
 
 /* rowcopy.c */
 extern int	lf_copy_param(PlannedStmt *ps);

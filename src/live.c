@@ -228,12 +228,15 @@ lf_live_unsupported(LfMapping *m)
 			why = m->key_types_why;
 		if (why == NULL && rel->trigdesc)
 		{
-			/* a BEFORE row trigger firing after ours could change the key */
+			/*
+			 * A BEFORE row trigger firing after ours could change the key
+			 * (ours is internal: a join's other input may have it already).
+			 */
 			for (int t = 0; t < rel->trigdesc->numtriggers; t++)
 			{
 				Trigger    *tg = &rel->trigdesc->triggers[t];
 
-				if (TRIGGER_FOR_ROW(tg->tgtype) && TRIGGER_FOR_BEFORE(tg->tgtype) &&
+				if (TRIGGER_FOR_ROW(tg->tgtype) && TRIGGER_FOR_BEFORE(tg->tgtype) && !tg->tgisinternal &&
 					tg->tgenabled != TRIGGER_DISABLED && strcmp(tg->tgname, "~leapfrog") >= 0)
 					why = "a BEFORE row trigger named after \"~leapfrog\"";
 			}
@@ -288,16 +291,15 @@ done_key_column(LfMapping *m, int k, Oid *type, int32 *typmod, Oid *coll)
 }
 
 /*
- * Track input 0 of group mapping m in place for migration migration_id:
- * create its table of done keys, owned by the extension's owner, and, for
- * the table's first mapping (nth 0), the trigger, into *trigger; a later
- * mapping's table gets the same trigger.  A retired input (read by several
- * GROUP BY mappings, start.c) gets no trigger (trigger NULL): nobody writes
- * it.  Returns the table's OID.  The caller runs inside SPI, in the
- * switch's subtransaction (lock_timeout and retries).
+ * Create the table of done keys of group, join or row-keyed mapping m for
+ * migration migration_id, owned by the extension's owner, in
+ * leapfrog_retired, named after input 0 and the first free number; returns
+ * its OID.  The trigger of a live input comes apart (lf_live_watch): a
+ * join's table covers both inputs, and each live one gets the trigger.
+ * The caller runs inside SPI, in the switch's subtransaction.
  */
 Oid
-lf_live_track(LfMapping *m, int migration_id, int nth, Oid *trigger)
+lf_live_track(LfMapping *m, int migration_id)
 {
 	Oid			relid = m->inputs[0];
 	Oid			keyidx = lf_unit_index(m, 0);
@@ -307,16 +309,10 @@ lf_live_track(LfMapping *m, int migration_id, int nth, Oid *trigger)
 				sql;
 	char		name[NAMEDATALEN];
 	Oid			keys;
-	CreateTrigStmt *stmt;
-	ObjectAddress trig,
-				keysaddr;
 	LfSavedUser saved;
 	oidvector  *indclass;
 	bool		isnull;
 	bool		nullable = false;	/* a key column of an input may be NULL */
-
-	/* fence: writes in flight commit first, or hold the switch back */
-	LockRelationOid(relid, ShareRowExclusiveLock);
 
 	idx = index_open(keyidx, AccessShareLock);
 	initStringInfo(&cols);
@@ -385,10 +381,10 @@ lf_live_track(LfMapping *m, int migration_id, int nth, Oid *trigger)
 		appendStringInfoString(&idxcols, ", leapfrog_row_input pg_catalog.int4_ops, leapfrog_row pg_catalog.tid_ops");
 	}
 
-	if (nth == 0)
-		snprintf(name, sizeof(name), "m%d_%u_done_keys", migration_id, relid);
-	else
-		snprintf(name, sizeof(name), "m%d_%u_done_keys_%d", migration_id, relid, nth + 1);
+	/* the first free name: a join's is named after input 0, whichever input asks */
+	snprintf(name, sizeof(name), "m%d_%u_done_keys", migration_id, relid);
+	for (int nth = 2; OidIsValid(get_relname_relid(name, lf_retired_namespace())); nth++)
+		snprintf(name, sizeof(name), "m%d_%u_done_keys_%d", migration_id, relid, nth);
 	initStringInfo(&sql);
 	appendStringInfo(&sql, "CREATE TABLE leapfrog_retired.%s (%s)",
 					 quote_identifier(name), cols.data);
@@ -407,51 +403,63 @@ lf_live_track(LfMapping *m, int migration_id, int nth, Oid *trigger)
 	if (!OidIsValid(keys))
 		elog(ERROR, "leapfrog: %s not created", name);
 	lf_retired_join_extension(keys, true);
-
-	/*
-	 * The trigger: internal, so that pg_dump and \d leave it out and users
-	 * cannot drop it; it fires after the table's own BEFORE triggers with
-	 * names sorting before it (lf_live_unsupported refuses the others), and
-	 * goes with the tables of done keys (all are dropped at completion).
-	 */
-	ObjectAddressSet(keysaddr, RelationRelationId, keys);
-	if (trigger == NULL)
-		return keys;
-	if (nth > 0)
-	{
-		ObjectAddressSet(trig, TriggerRelationId, *trigger);
-		recordDependencyOn(&trig, &keysaddr, DEPENDENCY_AUTO);
-		CommandCounterIncrement();
-		return keys;
-	}
-	stmt = makeNode(CreateTrigStmt);
-	stmt->trigname = "~leapfrog";
-	stmt->relation = NULL;
-	stmt->funcname = list_make2(makeString("leapfrog"), makeString("live_input_trigger"));
-	stmt->row = true;
-	stmt->timing = TRIGGER_TYPE_BEFORE;
-	stmt->events = TRIGGER_TYPE_INSERT | TRIGGER_TYPE_UPDATE | TRIGGER_TYPE_DELETE;
-	trig = CreateTriggerFiringOn(stmt, NULL, relid, InvalidOid, InvalidOid, InvalidOid,
-								 LookupFuncName(stmt->funcname, 0, NULL, false),
-								 InvalidOid, NULL, true, false, TRIGGER_FIRES_ALWAYS);
-	*trigger = trig.objectId;
-	recordDependencyOn(&trig, &keysaddr, DEPENDENCY_AUTO);
-	CommandCounterIncrement();
 	return keys;
 }
 
 /*
- * The table whose trigger goes when table of done keys `keys` is dropped,
- * or InvalidOid.
+ * Put the trigger on live input relid for its table of done keys `keys`:
+ * the table's first one creates it, into *trigger (InvalidOid before); a
+ * later one (another mapping of the table, or a join's made for its other
+ * input) is recorded as one the trigger goes with.  The trigger is
+ * internal, so that pg_dump and \d leave it out and users cannot drop it;
+ * it fires after the table's own BEFORE triggers with names sorting before
+ * it (lf_live_unsupported refuses the others).  All the tables of done keys
+ * are dropped at completion, and the first takes the trigger with it.
+ * Takes ShareRowExclusiveLock on relid: writes in flight commit first, or
+ * hold the switch back (the caller has lock_timeout and retries).
  */
-Oid
-lf_live_trigger_table(Oid keys)
+void
+lf_live_watch(Oid relid, Oid keys, Oid *trigger)
+{
+	CreateTrigStmt *stmt;
+	ObjectAddress trig,
+				keysaddr;
+
+	LockRelationOid(relid, ShareRowExclusiveLock);
+	ObjectAddressSet(keysaddr, RelationRelationId, keys);
+	if (!OidIsValid(*trigger))
+	{
+		stmt = makeNode(CreateTrigStmt);
+		stmt->trigname = "~leapfrog";
+		stmt->relation = NULL;
+		stmt->funcname = list_make2(makeString("leapfrog"), makeString("live_input_trigger"));
+		stmt->row = true;
+		stmt->timing = TRIGGER_TYPE_BEFORE;
+		stmt->events = TRIGGER_TYPE_INSERT | TRIGGER_TYPE_UPDATE | TRIGGER_TYPE_DELETE;
+		trig = CreateTriggerFiringOn(stmt, NULL, relid, InvalidOid, InvalidOid, InvalidOid,
+									 LookupFuncName(stmt->funcname, 0, NULL, false),
+									 InvalidOid, NULL, true, false, TRIGGER_FIRES_ALWAYS);
+		*trigger = trig.objectId;
+	}
+	else
+		ObjectAddressSet(trig, TriggerRelationId, *trigger);
+	recordDependencyOn(&trig, &keysaddr, DEPENDENCY_AUTO);
+	CommandCounterIncrement();
+}
+
+/*
+ * The tables whose triggers go when table of done keys `keys` is dropped
+ * (a join's with both inputs live has two), or NIL.
+ */
+List *
+lf_live_trigger_tables(Oid keys)
 {
 	Relation	dep = table_open(DependRelationId, AccessShareLock);
+	Relation	trel = table_open(TriggerRelationId, AccessShareLock);
 	ScanKeyData sk[2];
 	SysScanDesc scan;
 	HeapTuple	tup;
-	Oid			result = InvalidOid;
+	List	   *result = NIL;
 
 	ScanKeyInit(&sk[0], Anum_pg_depend_refclassid, BTEqualStrategyNumber, F_OIDEQ,
 				ObjectIdGetDatum(RelationRelationId));
@@ -461,23 +469,21 @@ lf_live_trigger_table(Oid keys)
 	while (HeapTupleIsValid(tup = systable_getnext(scan)))
 	{
 		Form_pg_depend d = (Form_pg_depend) GETSTRUCT(tup);
-		Relation	trel;
 		ScanKeyData tk;
 		SysScanDesc tscan;
 		HeapTuple	ttup;
 
 		if (d->classid != TriggerRelationId)
 			continue;
-		trel = table_open(TriggerRelationId, AccessShareLock);
 		ScanKeyInit(&tk, Anum_pg_trigger_oid, BTEqualStrategyNumber, F_OIDEQ,
 					ObjectIdGetDatum(d->objid));
 		tscan = systable_beginscan(trel, TriggerOidIndexId, true, NULL, 1, &tk);
 		if (HeapTupleIsValid(ttup = systable_getnext(tscan)))
-			result = ((Form_pg_trigger) GETSTRUCT(ttup))->tgrelid;
+			result = list_append_unique_oid(result, ((Form_pg_trigger) GETSTRUCT(ttup))->tgrelid);
 		systable_endscan(tscan);
-		table_close(trel, AccessShareLock);
 	}
 	systable_endscan(scan);
+	table_close(trel, AccessShareLock);
 	table_close(dep, AccessShareLock);
 	return result;
 }
@@ -1567,7 +1573,7 @@ memo_slot(LfMapping *m)
 }
 
 static bool
-memo_has(LfMapping *m, TupleDesc desc, Datum *key)
+memo_has(LfMapping *m, Datum *key)
 {
 	KeyMemo    *mm = memo_slot(m);
 
@@ -1575,7 +1581,7 @@ memo_has(LfMapping *m, TupleDesc desc, Datum *key)
 }
 
 static void
-memo_remember(LfMapping *m, TupleDesc desc, Datum *key)
+memo_remember(LfMapping *m, Datum *key)
 {
 	KeyMemo    *mm = memo_slot(m);
 	MemoryContext old;
@@ -1588,12 +1594,11 @@ memo_remember(LfMapping *m, TupleDesc desc, Datum *key)
 	old = MemoryContextSwitchTo(TopTransactionContext);
 	for (int k = 0; k < m->nkeys; k++)
 	{
-		Form_pg_attribute att = TupleDescAttr(desc, m->keys[0][k] - 1);
-
-		mm->byref[k] = !att->attbyval && !LF_KEY_ISNULL(m->nkeys, key, k);
-		mm->key[k] = mm->byref[k] ? datumCopy(key[k], false, att->attlen) : key[k];
-		mm->typbyval[k] = att->attbyval;
-		mm->typlen[k] = att->attlen;
+		/* of the type the table of done keys holds (a join's may be converted) */
+		mm->byref[k] = !m->keybyvals[k] && !LF_KEY_ISNULL(m->nkeys, key, k);
+		mm->key[k] = mm->byref[k] ? datumCopy(key[k], false, m->keylens[k]) : key[k];
+		mm->typbyval[k] = m->keybyvals[k];
+		mm->typlen[k] = m->keylens[k];
 	}
 	for (int s = m->nkeys; s < m->nkeys + 3; s++)
 		mm->key[s] = key[s];	/* the NULLs, the row */
@@ -1689,42 +1694,45 @@ add_unit_cols(LfMapping *m, int rti, UnitCols *uc)
 }
 
 /*
- * Does the update of old to new change a column that the copy of tracker
- * m's units reads (its own mapping's, and those of the row mappings it
- * carries: lf_keys_carrier)?  If not, the unit computed from the rows as
- * they are is the unit as it was at start(), and the update need not
- * migrate it (TPC-C's Delivery stamps an order's lines with their delivery
- * date, which the order's total does not read).  A generated column counts
- * as changed: a BEFORE trigger sees its old value.
+ * Does the update of old to new, rows of input i of tracker m, change a
+ * column that the copy of m's units reads (its own mapping's, and those of
+ * the row mappings of that input it carries: lf_keys_carrier)?  If not, the
+ * unit computed from the rows as they are is the unit as it was at
+ * start(), and the update need not migrate it (TPC-C's Delivery stamps an
+ * order's lines with their delivery date, which the order's total does not
+ * read; a join's copy of a stock row does not read its quantity, say).  A
+ * generated column counts as changed: a BEFORE trigger sees its old value.
  */
 static bool
-unit_columns_changed(LfMigration *mig, LfMapping *m, TupleDesc desc, HeapTuple old, HeapTuple new)
+unit_columns_changed(LfMigration *mig, LfMapping *m, int i, TupleDesc desc, HeapTuple old,
+					 HeapTuple new)
 {
 	int			attno = -1;
 
-	if (!m->unit_cols_known)
+	if (!m->unit_cols_known[i])
 	{
 		UnitCols	uc = {0};
 		ListCell   *lc;
 
-		add_unit_cols(m, m->rtis[0], &uc);
+		add_unit_cols(m, m->rtis[i], &uc);
 		foreach(lc, mig->mappings)
 		{
 			LfMapping  *r = lfirst(lc);
 
-			if (r != m && r->kind == LF_MAP_ROWS && lf_keys_carrier(mig, r) == m)
+			if (r != m && r->kind == LF_MAP_ROWS && r->inputs[0] == m->inputs[i] &&
+				lf_keys_carrier(mig, r) == m)
 				add_unit_cols(r, 1, &uc);
 		}
 		while ((attno = bms_next_member(uc.cols, attno)) >= 0)
 			uc.all |= attno > desc->natts || TupleDescAttr(desc, attno - 1)->attgenerated;
-		m->unit_cols = bms_copy_in(GetMemoryChunkContext(m), uc.cols);
-		m->unit_cols_all = uc.all;
-		m->unit_cols_known = true;
+		m->unit_cols[i] = bms_copy_in(GetMemoryChunkContext(m), uc.cols);
+		m->unit_cols_all[i] = uc.all;
+		m->unit_cols_known[i] = true;
 	}
-	if (m->unit_cols_all)
+	if (m->unit_cols_all[i])
 		return true;
 	attno = -1;
-	while ((attno = bms_next_member(m->unit_cols, attno)) >= 0)
+	while ((attno = bms_next_member(m->unit_cols[i], attno)) >= 0)
 	{
 		Form_pg_attribute att = TupleDescAttr(desc, attno - 1);
 		bool		n1,
@@ -1739,11 +1747,11 @@ unit_columns_changed(LfMigration *mig, LfMapping *m, TupleDesc desc, HeapTuple o
 }
 
 /*
- * The groups of the old and the new row of a write, in mapping m: migrate
- * them first.
+ * The units of the old and the new row of a write of input i, in mapping
+ * m: migrate them first.
  */
 static void
-migrate_written_groups(LfMigration *mig, LfMapping *m, TriggerData *td, HeapTuple result)
+migrate_written_groups(LfMigration *mig, LfMapping *m, int i, TriggerData *td, HeapTuple result)
 {
 	TupleDesc	desc = RelationGetDescr(td->tg_relation);
 	Datum		oldkey[LF_KEY_MAX];
@@ -1752,41 +1760,40 @@ migrate_written_groups(LfMigration *mig, LfMapping *m, TriggerData *td, HeapTupl
 	bool		has_new = !TRIGGER_FIRED_BY_DELETE(td->tg_event);
 
 	if (has_old)
-		lf_live_tuple_key(m, 0, td->tg_trigtuple, desc, oldkey);
+		lf_live_tuple_key(m, i, td->tg_trigtuple, desc, oldkey);
 	if (has_new)
 	{
-		lf_live_tuple_key(m, 0, result, desc, newkey);
-
 		/*
 		 * A BEFORE trigger runs before NOT NULL is checked: a NULL in a NOT
 		 * NULL key column fails the write as it would, with no key claimed
-		 * (the table of done keys has that column NOT NULL too).
+		 * (the table of done keys has that column NOT NULL too; a join's
+		 * live input has its key columns NOT NULL, start.c).
 		 */
-		if (LF_KEY_NULLS(m->nkeys, newkey) != 0)
-			for (int k = 0; k < m->nkeys; k++)
-				if (LF_KEY_ISNULL(m->nkeys, newkey, k) &&
-					TupleDescAttr(desc, m->keys[0][k] - 1)->attnotnull)
-					ereport(ERROR,
-							(errcode(ERRCODE_NOT_NULL_VIOLATION),
-							 errmsg("null value in column \"%s\" of relation \"%s\" violates not-null constraint",
-									NameStr(TupleDescAttr(desc, m->keys[0][k] - 1)->attname),
-									RelationGetRelationName(td->tg_relation))));
+		for (int k = 0; k < m->nkeys; k++)
+			if (TupleDescAttr(desc, m->keys[i][k] - 1)->attnotnull &&
+				heap_attisnull(result, m->keys[i][k], desc))
+				ereport(ERROR,
+						(errcode(ERRCODE_NOT_NULL_VIOLATION),
+						 errmsg("null value in column \"%s\" of relation \"%s\" violates not-null constraint",
+								NameStr(TupleDescAttr(desc, m->keys[i][k] - 1)->attname),
+								RelationGetRelationName(td->tg_relation))));
+		lf_live_tuple_key(m, i, result, desc, newkey);
 	}
 	if (has_old && has_new)
 	{
 		has_new = !lf_keys_equal(m, oldkey, newkey);
-		if (!has_new && !unit_columns_changed(mig, m, desc, td->tg_trigtuple, result))
+		if (!has_new && !unit_columns_changed(mig, m, i, desc, td->tg_trigtuple, result))
 			return;
 	}
-	if (has_old && !memo_has(m, desc, oldkey))
+	if (has_old && !memo_has(m, oldkey))
 	{
-		lf_migrate_live_key(mig, m, oldkey);
-		memo_remember(m, desc, oldkey);
+		lf_migrate_live_key(mig, m, i, oldkey);
+		memo_remember(m, oldkey);
 	}
-	if (has_new && !memo_has(m, desc, newkey))
+	if (has_new && !memo_has(m, newkey))
 	{
-		lf_migrate_live_key(mig, m, newkey);
-		memo_remember(m, desc, newkey);
+		lf_migrate_live_key(mig, m, i, newkey);
+		memo_remember(m, newkey);
 	}
 }
 
@@ -1828,7 +1835,7 @@ leapfrog_live_input_trigger(PG_FUNCTION_ARGS)
 		LfMapping  *m = lfirst(lc);
 
 		if (lf_tracks_keys(m, relid))
-			migrate_written_groups(mig, m, td, result);
+			migrate_written_groups(mig, m, lf_unit_input_index(m, relid), td, result);
 	}
 	return PointerGetDatum(result);
 }

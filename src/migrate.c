@@ -1547,15 +1547,16 @@ migrate_live_range(LfMigration *mig, LfMapping *m, Oid input, BlockNumber lo, Bl
 }
 
 /*
- * The trigger's step (live.c): migrate the group of key, unless it is
+ * The trigger's step (live.c), for a write of input i: migrate the unit of
+ * key (a group, or a join key with its rows of both inputs), unless it is
  * migrated, waiting for a transaction migrating it.  A key that no row had
  * at start() is claimed all the same, with no row to copy: the rows
- * written with it later are never computed into a group.
+ * written with it later are never computed into a unit.
  */
 void
-lf_migrate_live_key(LfMigration *mig, LfMapping *m, Datum *key)
+lf_migrate_live_key(LfMigration *mig, LfMapping *m, int i, Datum *key)
 {
-	MigrateContext mc = {mig, m->input, NULL, 0};
+	MigrateContext mc = {mig, m->inputs[i], NULL, 0};
 	ErrorContextCallback errcb;
 	StepPlan   *sp;
 	Snapshot	snap;
@@ -1576,7 +1577,7 @@ lf_migrate_live_key(LfMigration *mig, LfMapping *m, Datum *key)
 	c = lf_live_claim(d, m, key, snap, true);
 	lf_done_keys_close(d);
 	if (c == LF_CLAIMED)
-		(void) copy_live_claimed(mig, m, 0, sp, snap, lf_units_by_keys(m, list_make1(key), snap),
+		(void) copy_live_claimed(mig, m, i, sp, snap, lf_units_by_keys(m, list_make1(key), snap),
 								 NULL, &mc);
 	UnregisterSnapshot(snap);
 	pop_context(&errcb);

@@ -115,7 +115,6 @@ typedef struct StartState
 	List	   *live_names;		/* ... their qualified names */
 	List	   *mappings;		/* PendingMapping */
 	List	   *replacements;	/* LfReplacement (replace.c) */
-	int			retired_keys;	/* tables of done keys made for retired inputs */
 	List	   *notices;		/* (table, why) of each, told once it succeeded */
 	/* leapfrog.plan(): what each statement does */
 	bool		planning;
@@ -135,6 +134,18 @@ unit_readers(StartState *st, Oid relid)
 		if (((PendingMapping *) lfirst(lc))->kind != LF_MAP_ROWS && pm_reads(lfirst(lc), relid))
 			n++;
 	return n;
+}
+
+/* Does a join mapping of the script read relid? */
+static bool
+join_reads(StartState *st, Oid relid)
+{
+	ListCell   *lc;
+
+	foreach(lc, st->mappings)
+		if (((PendingMapping *) lfirst(lc))->kind == LF_MAP_JOIN && pm_reads(lfirst(lc), relid))
+			return true;
+	return false;
 }
 
 /*
@@ -1591,8 +1602,8 @@ describe_pending(PendingMapping *pm, LfMapping *m)
 /*
  * Why input relid, which the script keeps (live) or drops, cannot be
  * tracked by keys (live.c), or NULL if it can: every mapping of the script
- * that reads it is a GROUP BY mapping, a join mapping (of a table the
- * script retires: a join's live inputs are replaced, then retired), or a
+ * that reads it is a GROUP BY mapping, a join mapping (of a live table,
+ * with key columns NOT NULL: why_not_join_in_place), or a
  * row mapping beside one (carried by the first one's units); or, of a live
  * table with a primary key, only row mappings read it (carried by the
  * first one's rows, keyed by the primary key); and the script neither
@@ -1601,6 +1612,8 @@ describe_pending(PendingMapping *pm, LfMapping *m)
  * NULL, a join's key of one type or of two that convert, no rules, no row
  * security, no BEFORE row trigger firing after its own).
  */
+static const char *why_not_join_in_place(StartState *st, LfMapping *m, Oid relid);
+
 static const char *
 why_not_in_place(StartState *st, Oid relid, bool live)
 {
@@ -1632,11 +1645,36 @@ why_not_in_place(StartState *st, Oid relid, bool live)
 				return why;
 			rows_keyed = true;
 		}
-		else if (pm->kind == LF_MAP_JOIN && live)
-			return "a join mapping reads it";
+		else if (pm->kind == LF_MAP_JOIN && live &&
+				 (why = why_not_join_in_place(st, &m, relid)) != NULL)
+			return why;
 		if ((why = lf_live_unsupported(&m)) != NULL)
 			return why;
 	}
+	return NULL;
+}
+
+/*
+ * Why live input relid of join mapping m cannot be
+ * tracked in place, or NULL.  A row of it with a NULL key would be a unit
+ * of its own, keyed by its ctid (LF_KEY_ROW), which a BEFORE trigger does
+ * not know for the row it inserts: its key columns must be NOT NULL.  The
+ * join's other input, if the script retires it, is then tracked by the
+ * same keys (track_shared_retired), and must allow it.
+ */
+static const char *
+why_not_join_in_place(StartState *st, LfMapping *m, Oid relid)
+{
+	int			i = m->inputs[0] == relid ? 0 : 1;
+	Oid			other = m->inputs[1 - i];
+	const char *why;
+
+	for (int k = 0; k < m->nkeys; k++)
+		if (!lf_column_not_null(relid, m->keys[i][k]))
+			return "a join key column that may be NULL";
+	if (list_member_oid(st->retired, other) &&
+		(why = why_not_in_place(st, other, false)) != NULL)
+		return psprintf("the join's other input cannot be tracked by keys: %s", why);
 	return NULL;
 }
 
@@ -1654,33 +1692,36 @@ refuse_shared_units(const char *name, const char *why)
 
 /*
  * A table of done keys for each GROUP BY or join mapping that reads relid
- * and has none yet (live.c; a join's may come with its other input), and
- * the trigger on relid into *trigger, unless trigger is NULL (a retired
- * table).  A row mapping of relid shares the first one's table: its rows
- * move with that mapping's units (the carrier's step copies them), so a
- * row is copied once, and its target's reads exclude the carrier's units.
- * Of a live table that only row mappings read, the first one has the
- * table, keyed by the primary key, and carries the others.
+ * and has none yet (live.c; a join's covers both inputs, and may have been
+ * made for its other input), and of a live table (trigger not NULL) the
+ * trigger on relid, into *trigger, which goes with each of them.  A row
+ * mapping of relid shares the first one's table: its rows move with that
+ * mapping's units (the carrier's step copies them), so a row is copied
+ * once, and its target's reads exclude the carrier's units.  Of a live
+ * table that only row mappings read, the first one has the table, keyed by
+ * the primary key, and carries the others.
  */
 static void
 track_by_keys(StartState *st, Oid relid, Oid *trigger)
 {
 	ListCell   *lc;
-	int			nth = 0;
 	Oid			carrier;
 
 	foreach(lc, st->mappings)
 	{
 		PendingMapping *reader = lfirst(lc);
-		LfMapping	m = {0};
 
-		if (!pm_reads(reader, relid) || reader->kind == LF_MAP_ROWS ||
-			OidIsValid(reader->done_keys))
+		if (!pm_reads(reader, relid) || reader->kind == LF_MAP_ROWS)
 			continue;
-		describe_pending(reader, &m);
-		/* a retired table's are numbered across the migration: a join's is named after input 0 */
-		reader->done_keys = lf_live_track(&m, st->migration_id,
-										  trigger ? nth++ : st->retired_keys++, trigger);
+		if (!OidIsValid(reader->done_keys))
+		{
+			LfMapping	m = {0};
+
+			describe_pending(reader, &m);
+			reader->done_keys = lf_live_track(&m, st->migration_id);
+		}
+		if (trigger)
+			lf_live_watch(relid, reader->done_keys, trigger);
 	}
 	carrier = carrier_done_keys(st, relid);
 	foreach(lc, st->mappings)
@@ -1696,7 +1737,9 @@ track_by_keys(StartState *st, Oid relid, Oid *trigger)
 			describe_pending(reader, &m);
 			if (lf_describe_row_keys(&m) != NULL)
 				elog(ERROR, "leapfrog: table %u has no primary key", relid);
-			carrier = lf_live_track(&m, st->migration_id, 0, trigger);
+			carrier = lf_live_track(&m, st->migration_id);
+			if (trigger)
+				lf_live_watch(relid, carrier, trigger);
 		}
 		reader->done_keys = carrier;
 	}
@@ -1755,11 +1798,10 @@ keep_live_inputs(StartState *st)
 			lf_refuse_if_migrating(relid, get_rel_name(relid), "alter");
 			if (st->planning)
 				(void) plan_note(st, pm->stmt_no, "track", relid,
-								 unit_readers(st, relid) > 0 ?
-								 "A mapping reads it and the script does not drop it: it stays live, "
-								 "and a write of one of its rows first migrates the row's group" :
-								 "A mapping reads it and the script does not drop it: it stays live, "
-								 "and a write of one of its rows first migrates the row");
+								 psprintf("A mapping reads it and the script does not drop it: it stays live, "
+										  "and a write of one of its rows first migrates the row%s",
+										  join_reads(st, relid) ? "'s join key (with its rows of the other input)" :
+										  unit_readers(st, relid) > 0 ? "'s group" : ""));
 			track_by_keys(st, relid, &trigger);
 			remember_oid(st, &st->live, relid);
 			remember(st, &st->live_names, MemoryContextStrdup(st->cxt, qualified_name(relid)));
@@ -2045,7 +2087,6 @@ switch_attempt(void *arg)
 	old = MemoryContextSwitchTo(st->cxt);
 	st->created = list_copy(st->prelude_created);
 	MemoryContextSwitchTo(old);
-	st->retired_keys = 0;
 	st->live = st->live_names = NIL;
 	st->notices = st->plan = NIL;
 	st->current = 0;

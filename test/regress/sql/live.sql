@@ -41,8 +41,9 @@ SET search_path = lv_eager;
 SELECT public.regress_eager(:'script');
 SET search_path = lv_lazy;
 SELECT leapfrog.start('live', :'script');
--- customers, which a join reads, is replaced; line (a GROUP BY) and events
--- (only a row mapping, by its primary key) are tracked in place.
+-- customers (a join's, key NOT NULL), line (a GROUP BY) and events (only a
+-- row mapping, by its primary key) are tracked in place; orders, retired,
+-- is tracked by the join's keys.
 SELECT i.orig_name, i.live_keys IS NOT NULL AS tracked
   FROM leapfrog.input i JOIN leapfrog.migration m ON m.id = i.migration_id
  WHERE m.name = 'live' ORDER BY 1;

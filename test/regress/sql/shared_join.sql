@@ -4,8 +4,9 @@
 -- table is tracked by keys (src/start.c, track_shared_retired): a table of
 -- done keys per mapping, nothing deleted from the retired inputs, and the
 -- join's other input tracked by the join's keys too.  A table the script
--- keeps is replaced lazily first (a join reads it), and its copy's rows
--- move with the first mapping's units.  Every write below runs on both
+-- keeps is tracked in place, with a trigger that claims the units of the
+-- rows written (a join's key columns NOT NULL), or replaced lazily first,
+-- its copy's rows moving with the first mapping's units.  Every write below runs on both
 -- sides (sj_eager ran the script eagerly) and the tables are compared.
 --
 CREATE SCHEMA sj_eager;
@@ -102,19 +103,27 @@ SELECT * FROM public.regress_compare('sj_lazy.stock_archive', 'sj_eager.stock_ar
 SELECT * FROM public.regress_compare('sj_lazy.order_lines', 'sj_eager.order_lines');
 SELECT state FROM leapfrog.migrations WHERE name = 'sj';
 -- the retired tables and the tables of done keys are gone
+-- The retired tables and tables of done keys of a migration still there,
+-- and the triggers on its live inputs: none once it is complete.
 CREATE FUNCTION public.sj_tables_left(mig text) RETURNS bigint LANGUAGE sql AS $$
-  SELECT count(*) FROM pg_class c
-   WHERE c.oid IN (SELECT i.relid FROM leapfrog.input i JOIN leapfrog.migration m ON m.id = i.migration_id
-                    WHERE m.name = mig AND i.live_keys IS NOT NULL
-                   UNION
-                   SELECT p.done_keys FROM leapfrog.mapping p JOIN leapfrog.migration m ON m.id = p.migration_id
-                    WHERE m.name = mig)
+  SELECT (SELECT count(*) FROM pg_class c
+           WHERE c.relnamespace = 'leapfrog_retired'::regnamespace
+             AND c.oid IN (SELECT i.relid FROM leapfrog.input i JOIN leapfrog.migration m ON m.id = i.migration_id
+                            WHERE m.name = mig AND i.live_keys IS NOT NULL
+                           UNION
+                           SELECT p.done_keys FROM leapfrog.mapping p JOIN leapfrog.migration m ON m.id = p.migration_id
+                            WHERE m.name = mig))
+       + (SELECT count(*) FROM pg_trigger t
+           WHERE t.tgfoid = 'leapfrog.live_input_trigger'::regproc
+             AND t.tgrelid IN (SELECT i.relid FROM leapfrog.input i JOIN leapfrog.migration m ON m.id = i.migration_id
+                                WHERE m.name = mig))
 $$;
 SELECT public.sj_tables_left('sj');
 
--- 2. Kept: the tables stay live, so each is replaced lazily (a join reads
--- them), and its copy's rows move with the first GROUP BY or join mapping's
--- units.  The application writes both tables meanwhile.
+-- 2. Kept: the tables stay live, tracked in place (their join key columns
+-- are NOT NULL): one table of done keys for the join, which a write of
+-- either table claims through that table's trigger, and one for the
+-- GROUP BY.  The application writes both tables meanwhile.
 SELECT $$
   CREATE TABLE line2 (o int NOT NULL, n int NOT NULL, w int NOT NULL, i int NOT NULL,
                       amt int NOT NULL, PRIMARY KEY (o, n));
@@ -139,6 +148,8 @@ SELECT public.regress_eager(:'script2');
 SET search_path = sj_lazy;
 SELECT action, input FROM leapfrog.plan(:'script2') WHERE action <> 'mapping' ORDER BY 2;
 SELECT leapfrog.start('sj2', :'script2');
+-- two tables of done keys, and a trigger on each live table
+SELECT public.sj_tables_left('sj2');
 SELECT p.target_relid::regclass AS target, p.done_keys IS NOT NULL AS by_keys,
        (SELECT q.target_relid::regclass FROM leapfrog.mapping q
          WHERE q.migration_id = p.migration_id AND q.done_keys = p.done_keys ORDER BY q.id LIMIT 1) AS carrier
@@ -242,8 +253,8 @@ SELECT w, i, qty, failed_sqlstate FROM :qs ORDER BY w, i;
 SELECT count(*) AS failed_rows_left FROM leapfrog.failed_rows WHERE migration = 'sjq';
 
 -- With leapfrog.track_live_inputs = off, a live table two GROUP BY
--- mappings read is replaced and its retired version tracked by keys, as
--- a join's (it was refused).
+-- mappings read is replaced and its retired version tracked by keys (it
+-- was refused).
 SELECT $$
   CREATE TABLE by_o AS SELECT o, sum(amt) AS amt FROM line2 GROUP BY o;
   CREATE TABLE by_i AS SELECT w, i, count(*) AS n FROM line2 GROUP BY w, i;
