@@ -1634,6 +1634,7 @@ lf_live_memo_migrated(LfMapping *m, Datum *values, bool *nulls)
  */
 typedef struct UnitCols
 {
+	List	   *rtable;			/* of q */
 	int			rti;
 	int			depth;
 	Bitmapset  *cols;
@@ -1649,6 +1650,15 @@ unit_cols_walker(Node *node, UnitCols *uc)
 	{
 		Var		   *v = (Var *) node;
 
+		/*
+		 * A join's column reads its inputs' through the join's alias list,
+		 * which the walk skips (it names every column of both): a column
+		 * the parser did not resolve to an input's (a FULL join's merged
+		 * one) counts as reading anything.
+		 */
+		if (v->varlevelsup == uc->depth && v->varno != uc->rti &&
+			rt_fetch(v->varno, uc->rtable)->rtekind == RTE_JOIN)
+			uc->all = true;
 		if (v->varno == uc->rti && v->varlevelsup == uc->depth)
 		{
 			if (v->varattno <= 0)
@@ -1663,7 +1673,7 @@ unit_cols_walker(Node *node, UnitCols *uc)
 		bool		r;
 
 		uc->depth++;
-		r = query_tree_walker((Query *) node, unit_cols_walker, uc, 0);
+		r = query_tree_walker((Query *) node, unit_cols_walker, uc, QTW_IGNORE_JOINALIASES);
 		uc->depth--;
 		return r;
 	}
@@ -1688,9 +1698,10 @@ add_unit_cols(LfMapping *m, int rti, UnitCols *uc)
 
 	/* (the group's min(ctid), or the row's ctid: what relevance returns) */
 	lf_ctid->expr = (Expr *) makeNullConst(TIDOID, -1, InvalidOid);
+	uc->rtable = q->rtable;
 	uc->rti = rti;
 	uc->depth = 0;
-	(void) query_tree_walker(q, unit_cols_walker, uc, 0);
+	(void) query_tree_walker(q, unit_cols_walker, uc, QTW_IGNORE_JOINALIASES);
 }
 
 /*
