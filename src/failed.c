@@ -97,9 +97,9 @@ refuse_live(LfMigration *mig, Oid relid)
 	if (list_member_oid(mig->live, relid) && get_rel_namespace(relid) == lf_retired_namespace())
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("rows of table \"%s\" of migration \"%s\" cannot be corrected: several GROUP BY mappings read it",
+				 errmsg("rows of table \"%s\" of migration \"%s\" cannot be corrected: it is tracked by the keys of GROUP BY or join mappings",
 						get_rel_name(relid), mig->name),
-				 errdetail("A row is in a group of each mapping, and a group migrated already was computed from the row as it is."),
+				 errdetail("A row is in a unit of each mapping that reads it, and a unit migrated already was computed from the row as it is."),
 				 errhint("Set the row's groups aside with leapfrog.quarantine_row.")));
 	if (list_member_oid(mig->live, relid))
 		ereport(ERROR,

@@ -5,10 +5,11 @@
  *
  * A mapping's input that the script does not drop stays live: the
  * application reads and writes it, and the mapping must read it as it was
- * at start().  When GROUP BY mappings read the table, and otherwise only
- * row mappings, whose rows move with the first one's groups
+ * at start().  When GROUP BY or join mappings read the table, and
+ * otherwise only row mappings, whose rows move with the first one's units
  * (lf_keys_carrier), with at most four group key columns that may be NULL
- * (a key is its values and a mask of its NULLs, NULLs equal: LF_KEY_SIZE);
+ * (a key is its values and a mask of its NULLs, NULLs equal: LF_KEY_SIZE)
+ * and a join's key columns on the table NOT NULL;
  * or when only row mappings read it and it has a primary key (each row a group of
  * its own, by that key: the first row mapping owns the keys and carries
  * the others; units.c, lf_describe_row_keys) (start.c, why_not_in_place),
@@ -21,9 +22,11 @@
  *	  the key commits or aborts with the group's new row;
  *	- a BEFORE INSERT OR UPDATE OR DELETE row trigger on the table, internal
  *	  (pg_dump leaves it out), firing ALWAYS (replicas applying changes too),
- *	  that migrates the group of the old and of the new row first, in each
- *	  mapping; an UPDATE that changes neither the key nor any column the
- *	  group's copy reads (unit_columns_changed) migrates nothing.
+ *	  that migrates the group or join key of the old and of the new row
+ *	  first, in each mapping; an UPDATE that changes neither the key nor any
+ *	  column the unit's copy reads (unit_columns_changed) migrates nothing.
+ *	  A join's table of done keys covers both its inputs, and each live one
+ *	  has the trigger (lf_live_watch).
  *
  * A retired table (dropped by the script, or live and replaced) that
  * several GROUP BY or join mappings read is tracked the same way (start.c,

@@ -1695,6 +1695,7 @@ def gen_unit_case(seed, kind, snapshots=False):
     _with_live(case)
     _with_tracked_in_place(case)
     _with_shared_join(case)
+    _with_join_in_place(case)
     return case
 
 
@@ -2319,6 +2320,30 @@ def _with_shared_join(case):
         case.workload.insert(tr.choice(spots + [len(case.workload)]), st)
 
 
+def _with_join_in_place(case):
+    """Some join cases that keep inputs live (and share none with a GROUP
+    BY: _with_shared_join) get NOT NULL key columns in each live input, so
+    that it is tracked in place (src/live.c: its trigger claims the join
+    key of each row written) rather than replaced; the other input, if
+    dropped, is then tracked by the join's keys.  Rows with a NULL key get
+    another row's key first, or go; the workload's writes of a NULL key
+    then fail alike on both sides (23502)."""
+    case.join_in_place = False
+    jr = random.Random("join-in-place-%d" % case.seed)
+    if case.kind != "join" or not case.live or case.shared_join or jr.random() >= 0.6:
+        return
+    for x in case.live:
+        keys = case.input_keys[x]
+        for k in keys:
+            case.churn.append("UPDATE %s SET %s = (SELECT %s FROM %s WHERE %s IS NOT NULL "
+                              "ORDER BY id LIMIT 1) WHERE %s IS NULL" % (x, k, k, x, k, k))
+        case.churn.append("DELETE FROM %s WHERE %s" % (
+            x, " OR ".join("%s IS NULL" % k for k in keys)))
+        case.churn.append("ALTER TABLE %s %s" % (x, ", ".join(
+            "ALTER COLUMN %s SET NOT NULL" % k for k in keys)))
+    case.tracked = case.join_in_place = True
+
+
 def _sib_rows_workload(tr, case):
     """Reads and writes of sib_rows, the row mapping of a table tracked by
     keys, in the workload's first session."""
@@ -2905,6 +2930,8 @@ def _tracked_kind(case):
         return "keyed"
     if getattr(case, "shared_join", False):
         return "join"
+    if getattr(case, "join_in_place", False):
+        return "live_join"
     if not case.shared:
         return "single"
     return "shared" if "sib_total" in case.script else "rows"
@@ -2914,15 +2941,17 @@ def _tracked_seeds():
     """Cases whose input is tracked by keys (GROUP BY cases, about 1% of the
     seeds: _with_tracked_in_place; row cases of a live input with a primary
     key: gen_case), found by generating cases from 70000 on:
-    LEAPFROG_DIFF_TRACKED_COUNT of them (default 15), a fifth of each
+    LEAPFROG_DIFF_TRACKED_COUNT of them (default 18), a sixth of each
     kind (_tracked_kind; "join": a join case whose input a GROUP BY mapping
-    reads too, _with_shared_join); odd seeds run with the worker."""
+    reads too, _with_shared_join; "live_join": a join case whose live
+    inputs are tracked in place, _with_join_in_place); odd seeds run with
+    the worker."""
     if os.environ.get("LEAPFROG_DIFF_SEEDS"):
         return _seeds()
     base = 70_000 + int(os.environ.get("LEAPFROG_DIFF_BASE", "0"))
-    count = int(os.environ.get("LEAPFROG_DIFF_TRACKED_COUNT", "15"))
-    quota = {"shared": count - 4 * (count // 5), "rows": count // 5, "single": count // 5,
-             "keyed": count // 5, "join": count // 5}
+    count = int(os.environ.get("LEAPFROG_DIFF_TRACKED_COUNT", "18"))
+    quota = {"shared": count - 5 * (count // 6), "rows": count // 6, "single": count // 6,
+             "keyed": count // 6, "join": count // 6, "live_join": count // 6}
     found = {k: [] for k in quota}
     seed = base
     while any(len(found[k]) < quota[k] for k in quota) and seed < base + 2000 * count:
@@ -2946,7 +2975,8 @@ def test_differential_tracked(request, seed):
     dropped and read by two GROUP BY mappings (retired, tracked by keys);
     row cases whose live input has a primary key (tracked by it); join
     cases whose input a GROUP BY mapping reads too (both inputs tracked by
-    keys, retired or replaced); with and without the worker."""
+    keys, in place or retired); join cases whose live inputs have NOT NULL
+    keys (tracked in place); with and without the worker."""
     needs_real_extension()
     case = gen_case(seed)
     if not getattr(case, "tracked", False):
