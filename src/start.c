@@ -1791,8 +1791,9 @@ keep_live_inputs(StartState *st)
 			{
 				/* read by several GROUP BY or join mappings: tracked by keys, retired */
 				(void) replace_table(st, pm->rs, pm->stmt_no, relid,
-									 "A mapping reads it and the script does not drop it: it stays live, and its rows move into a copy "
-									 "after the mapping has read them as they were at start()");
+									 psprintf("A mapping reads it and the script does not drop it: it stays live, and its rows move into a copy "
+											  "after the mapping has read them as they were at start(); it is not tracked in place: %s",
+											  why));
 				continue;
 			}
 			lf_refuse_if_migrating(relid, get_rel_name(relid), "alter");
