@@ -3,6 +3,7 @@
 
     .venv/bin/python bench/live_join.py [--customers 100000] [--orders 10]
                                         [--statements 2000] [--rounds 3]
+                                        [--by complete|worker]
 
 A customer's name is copied into the orders that reference it; the script
 drops `orders` and keeps `customers`:
@@ -26,8 +27,9 @@ Then, in that order, on the new schema (the migration still running):
 --statements point reads of a random customer (`read`), updates of a
 column the join does not read (`touch`), updates of the name (`rename`),
 each a loop in one PL/pgSQL call (prepared statements, as an application's);
-then leapfrog.complete() (`complete`: the rest of the migration, in the
-session).  It prints each step's mean time per statement (complete: the
+then the rest of the migration (`complete`): leapfrog.complete() in the
+session, or with --by worker a wait for the background workers
+(leapfrog.background_delay = 0; they run during the statements too).  It prints each step's mean time per statement (complete: the
 call), and per step the medians over the rounds with their spread.  Not a
 test: figures only.
 """
@@ -78,7 +80,7 @@ def make_template(cl, customers, per):
         c.execute("VACUUM ANALYZE")
 
 
-def run(cl, kind, statements):
+def run(cl, kind, statements, by):
     """{step: mean ms per statement, or the call's s for complete} on a fresh copy."""
     out = {}
     with psycopg.connect(cl.conninfo(), autocommit=True) as c:
@@ -105,8 +107,10 @@ def run(cl, kind, statements):
             c.execute("DO $$ BEGIN FOR i IN 1..%d LOOP %s; END LOOP; END $$" % (statements, body))
             out[step] = (time.monotonic() - t) * 1000 / statements
         t = time.monotonic()
-        if kind != "eager":
+        if kind != "eager" and by == "complete":
             c.execute("SELECT leapfrog.complete('m')")
+        elif kind != "eager" and not c.execute("SELECT leapfrog.wait('m', 900)").fetchone()[0]:
+            raise RuntimeError("the workers did not finish in 900 s")
         out["complete"] = time.monotonic() - t
         out["cpu"] = server_cpu_s(cl) - cpu0
     return out
@@ -119,24 +123,28 @@ def main():
     ap.add_argument("--orders", type=int, default=10, help="orders per customer")
     ap.add_argument("--statements", type=int, default=2000)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--by", choices=["complete", "worker"], default="complete")
     args = ap.parse_args()
     if not extension_installed():
         sys.exit("live_join: the leapfrog extension is not installed (make install)")
     settings = default_settings()
-    settings["leapfrog.background"] = "off"
+    if args.by == "complete":
+        settings["leapfrog.background"] = "off"
+    else:
+        settings["leapfrog.background_delay"] = "0"
     res = {k: [] for k in KINDS}
     with Cluster(settings=settings, preload=True) as cl:
         cl.wait_ready()
         make_template(cl, args.customers, args.orders)
         for r in range(args.rounds):
             for kind in (KINDS if r % 2 == 0 else KINDS[::-1]):
-                res[kind].append(run(cl, kind, args.statements))
+                res[kind].append(run(cl, kind, args.statements, args.by))
                 x = res[kind][-1]
                 print(f"round {r + 1} {kind:7s} start {x['start']:8.1f} ms  "
                       + "  ".join(f"{s} {x[s]:7.3f} ms" for s in STEPS)
                       + f"  complete {x['complete']:6.2f} s  CPU {x['cpu']:6.2f} s", flush=True)
     print(f"\nmedians (min-max), {args.customers} customers, {args.customers * args.orders} orders, "
-          f"{args.statements} statements per step:")
+          f"{args.statements} statements per step, the rest by {args.by}:")
     for kind, v in res.items():
         print(f"  {kind:7s} " + "  ".join(
             f"{s} {spread([x[s] for x in v])} {'s' if s in ('complete', 'cpu') else 'ms'}"

@@ -852,32 +852,50 @@ struct LfDoneKeys
 {
 	Relation	rel;
 	Relation	idx;			/* its unique index, on the key */
+	LOCKMODE	lockmode;		/* held on both */
 	IndexInfo  *info;
 	TupleTableSlot *slot;		/* the key found */
+	/* the scan of the last probe, rescanned by the next one with its snapshot */
+	IndexScanDesc scan;
+	Snapshot	scan_snap;
+	int			scan_nkeys;
 };
+
+static LfDoneKeys *done_keys_open(LfMapping *m, LOCKMODE lockmode);
 
 LfDoneKeys *
 lf_done_keys_open(LfMapping *m)
 {
+	return done_keys_open(m, RowExclusiveLock);
+}
+
+/* lf_done_keys_open with lockmode: AccessShareLock to probe only */
+static LfDoneKeys *
+done_keys_open(LfMapping *m, LOCKMODE lockmode)
+{
 	LfDoneKeys *d = palloc(sizeof(LfDoneKeys));
 	List	   *indexes;
 
-	d->rel = table_open(m->done_keys, RowExclusiveLock);
+	d->rel = table_open(m->done_keys, lockmode);
 	indexes = RelationGetIndexList(d->rel);
 	if (list_length(indexes) != 1)
 		elog(ERROR, "leapfrog: unexpected indexes on %s", RelationGetRelationName(d->rel));
-	d->idx = index_open(linitial_oid(indexes), RowExclusiveLock);
+	d->idx = index_open(linitial_oid(indexes), lockmode);
+	d->lockmode = lockmode;
 	d->info = NULL;				/* built by the first insert */
 	d->slot = table_slot_create(d->rel, NULL);
+	d->scan = NULL;
 	return d;
 }
 
 void
 lf_done_keys_close(LfDoneKeys *d)
 {
+	if (d->scan)
+		index_endscan(d->scan);
 	ExecDropSingleTupleTableSlot(d->slot);
-	index_close(d->idx, RowExclusiveLock);
-	table_close(d->rel, RowExclusiveLock);
+	index_close(d->idx, d->lockmode);
+	table_close(d->rel, d->lockmode);
 	pfree(d);
 }
 
@@ -903,14 +921,18 @@ done_visible(LfDoneKeys *d, Snapshot snap)
 		table_tuple_satisfies_snapshot(d->rel, d->slot, snap);
 }
 
-/* Look for key in d through its unique index with snap; the tuple in d->slot. */
+/*
+ * Look for key in d through its unique index with snap; the tuple in
+ * d->slot.  A walk probes every row's key: the scan is begun once per
+ * snapshot and rescanned (a btree scan's set-up allocates some 27 kB).
+ */
 static bool
 probe(LfDoneKeys *d, LfMapping *m, Datum *key, Snapshot snap)
 {
 	ScanKeyData sk[INDEX_MAX_KEYS + 2];
 	int			nsk = m->nkeys;
 	ItemPointerData row;
-	IndexScanDesc scan;
+	MemoryContext old;
 	bool		found;
 
 	for (int k = 0; k < m->nkeys; k++)
@@ -939,10 +961,19 @@ probe(LfDoneKeys *d, LfMapping *m, Datum *key, Snapshot snap)
 									   InvalidOid, InvalidOid, InvalidOid, (Datum) 0);
 		nsk += 2;
 	}
-	scan = index_beginscan(d->rel, d->idx, snap, nsk, 0);
-	index_rescan(scan, sk, nsk, NULL, 0);
-	found = index_getnext_slot(scan, ForwardScanDirection, d->slot);
-	index_endscan(scan);
+	/* in d's memory context: a caller may probe from a shorter-lived one */
+	old = MemoryContextSwitchTo(GetMemoryChunkContext(d));
+	if (d->scan == NULL || d->scan_snap != snap || d->scan_nkeys != nsk)
+	{
+		if (d->scan)
+			index_endscan(d->scan);
+		d->scan = index_beginscan(d->rel, d->idx, snap, nsk, 0);
+		d->scan_snap = snap;
+		d->scan_nkeys = nsk;
+	}
+	index_rescan(d->scan, sk, nsk, NULL, 0);
+	found = index_getnext_slot(d->scan, ForwardScanDirection, d->slot);
+	MemoryContextSwitchTo(old);
 	return found;
 }
 
@@ -1079,7 +1110,9 @@ lf_live_claim(LfDoneKeys *d, LfMapping *m, Datum *key, Snapshot snap, bool stric
 		xwait = dirty.xmin;
 		if (TransactionIdIsValid(xwait))
 		{
-			/* another transaction is migrating the group */
+			/* another transaction is migrating the group: no index pin held while we wait */
+			index_endscan(d->scan);
+			d->scan = NULL;
 			XactLockTableWait(xwait, d->rel, &d->slot->tts_tid, XLTW_None);
 			continue;
 		}
@@ -1261,21 +1294,17 @@ gate_remember(LfMapping *m, Datum *key, Snapshot snap, TupleDesc desc, bool migr
 bool
 lf_live_done_at(LfMapping *m, Datum *key, Snapshot snap)
 {
-	LfDoneKeys	d;
+	LfDoneKeys *d;
 	bool		found;
 
 	for (int i = 0; gate_keeps(snap) && i < LF_GATE_SLOTS; i++)
 		if (gate_same(&gate_answers[i], m, key, snap))
 			return gate_answers[i].migrated;
-	d.rel = table_open(m->done_keys, AccessShareLock);
-	d.idx = index_open(linitial_oid(RelationGetIndexList(d.rel)), AccessShareLock);
-	d.slot = table_slot_create(d.rel, NULL);
-	found = probe(&d, m, key, snap);
+	d = done_keys_open(m, AccessShareLock);
+	found = probe(d, m, key, snap);
 	if (gate_keeps(snap))
-		gate_remember(m, key, snap, RelationGetDescr(d.rel), found);
-	ExecDropSingleTupleTableSlot(d.slot);
-	index_close(d.idx, AccessShareLock);
-	table_close(d.rel, AccessShareLock);
+		gate_remember(m, key, snap, RelationGetDescr(d->rel), found);
+	lf_done_keys_close(d);
 	return found;
 }
 
