@@ -262,3 +262,109 @@ def test_live_rows_survive_kill_postmaster_and_worker(make_cluster):
     with c.connect("app") as conn:
         conn.execute("SELECT leapfrog.complete('live_rows')")
     check()
+
+
+JOIN_SCRIPT = """
+  CREATE TABLE order_names AS
+    SELECT o.id, o.cust, o.amt, c.name FROM orders o LEFT JOIN customers c ON c.id = o.cust;
+"""
+
+
+def test_live_join_survives_kill_postmaster_and_worker(make_cluster):
+    """A join whose two inputs stay live, both tracked in place (key columns
+    NOT NULL: one table of done keys for the join, a trigger on each table),
+    under writers that rename customers (the key's rows migrate first),
+    touch a column the join does not read, add and delete customers, move
+    orders between customers, add and delete orders, and read the new
+    table, while the worker migrates; the postmaster, then the workers, are
+    killed with SIGKILL.  After each crash and at the end, a computing read
+    of the new table equals the eager join at start(): a join key lost,
+    migrated twice, or computed after a write of either table shows as a
+    difference."""
+    needs_real_extension()
+    if MOCK:
+        pytest.skip("needs the real extension")
+    c = make_cluster(**{"leapfrog.background": "on", "leapfrog.background_delay": 300,
+                        "leapfrog.batch_size": 300, "leapfrog.background_naptime": 200})
+    c.create_database("app")
+    n_cust, n_orders = 8_000, 40_000
+    with c.connect("app") as conn:
+        conn.execute("CREATE TABLE customers (id int PRIMARY KEY, name text NOT NULL, "
+                     "visits int NOT NULL DEFAULT 0)")
+        conn.execute("INSERT INTO customers SELECT g, 'c' || g FROM generate_series(1, %s) g",
+                     [n_cust])
+        # a tenth of the orders reference no customer (the LEFT JOIN keeps them)
+        conn.execute("CREATE TABLE orders (id int PRIMARY KEY, cust int NOT NULL, amt int)")
+        conn.execute("INSERT INTO orders SELECT g, 1 + (g * 7919) %% %s, g %% 97 "
+                     "FROM generate_series(1, %s) g", [n_cust + n_cust // 10, n_orders])
+        conn.execute("CREATE INDEX ON orders (cust)")
+        conn.execute("CREATE TABLE eager_names AS SELECT o.id, o.cust, o.amt, c.name "
+                     "FROM orders o LEFT JOIN customers c ON c.id = o.cust")
+        conn.execute("ANALYZE")
+        conn.execute("SELECT leapfrog.start('live_join', %s)", [JOIN_SCRIPT])
+        triggers = conn.execute(
+            "SELECT count(*) FROM pg_trigger WHERE tgfoid = 'leapfrog.live_input_trigger'::regproc "
+            "AND tgrelid IN ('customers'::regclass, 'orders'::regclass)").fetchone()[0]
+        assert triggers == 2, "customers and orders are not both tracked in place"
+        keys = conn.execute("SELECT done_keys::regclass::text FROM leapfrog.mapping "
+                            "WHERE done_keys IS NOT NULL").fetchone()[0]
+        total = conn.execute("SELECT (SELECT count(*) FROM customers) + "
+                             "(SELECT count(*) FROM orders)").fetchone()[0]
+
+    def one(conn, rnd):
+        i = rnd.randint(1, n_cust + 1000)        # some customers are new
+        kind = rnd.random()
+        with conn.transaction():
+            if kind < 0.2:
+                conn.execute("UPDATE customers SET name = name || '+' WHERE id = %s", [i])
+            elif kind < 0.35:
+                conn.execute("UPDATE customers SET visits = visits + 1 WHERE id = %s", [i])
+            elif kind < 0.45:
+                conn.execute("INSERT INTO customers VALUES (%s, 'new') ON CONFLICT (id) "
+                             "DO UPDATE SET name = 'again'", [i])
+            elif kind < 0.5:
+                conn.execute("DELETE FROM customers WHERE id = %s", [i])
+            elif kind < 0.65:
+                conn.execute("UPDATE orders SET cust = %s WHERE id = %s",
+                             [i, rnd.randint(1, n_orders)])
+            elif kind < 0.75:
+                conn.execute("UPDATE orders SET amt = amt + 1 WHERE cust = %s", [i])
+            elif kind < 0.82:
+                conn.execute("INSERT INTO orders VALUES (%s, %s, 1) ON CONFLICT (id) DO NOTHING",
+                             [n_orders + rnd.randint(1, 5000), i])
+            elif kind < 0.87:
+                conn.execute("DELETE FROM orders WHERE id = %s", [rnd.randint(1, n_orders)])
+            else:
+                conn.execute("SELECT * FROM order_names WHERE cust = %s", [i]).fetchall()
+
+    def check():
+        with c.connect("app") as conn:
+            conn.execute("SET leapfrog.read_mode = compute")
+            diff = conn.execute(
+                "(SELECT * FROM order_names EXCEPT ALL SELECT * FROM eager_names) UNION ALL "
+                "(SELECT * FROM eager_names EXCEPT ALL SELECT * FROM order_names) LIMIT 10"
+            ).fetchall()
+        assert diff == [], "order_names differs from the eager join at start(): %r" % diff
+
+    def rows_left():
+        r = c.sql("SELECT leapfrog.remaining('live_join') FROM leapfrog.migrations "
+                  "WHERE name = 'live_join' AND state = 'running'", dbname="app")
+        return r[0][0] if r else 0
+
+    # writers of a customer and of its orders claim one key from either table
+    writers = ClientThreads(c, "app", 4, 13, one,
+                            tolerated=(psycopg.errors.SerializationFailure,
+                                       psycopg.errors.DeadlockDetected))
+    writers.start()
+    try:
+        kill_midway(c, "app", writers, rows_left, check, total)
+    finally:
+        writers.stop()
+    assert writers.errors_seen == [], writers.errors_seen[:5]
+    with c.connect("app") as conn:
+        conn.execute("SELECT leapfrog.complete('live_join')")
+        check()
+        wait_until(lambda: conn.execute(
+            "SELECT count(*) FROM pg_trigger WHERE tgfoid = 'leapfrog.live_input_trigger'::regproc"
+        ).fetchone()[0] == 0 and conn.execute("SELECT to_regclass(%s)", [keys]).fetchone()[0]
+            is None, 60, what="both triggers and the table of done keys dropped")

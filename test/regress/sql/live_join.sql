@@ -109,6 +109,43 @@ SELECT * FROM public.regress_compare('lj_lazy.orders', 'lj_eager.orders');
 SELECT count(*) AS triggers FROM pg_trigger
  WHERE tgfoid = 'leapfrog.live_input_trigger'::regproc AND tgrelid = 'lj_lazy.customers'::regclass;
 
+-- A join key that breaks the new table is set aside whole by the worker,
+-- with on_error => 'quarantine': a copy of its rows of both live tables as
+-- they were at start() goes into their quarantine tables, the tables keep
+-- their rows, and the migration completes without the key.
+SELECT $$
+  CREATE TABLE qc_cust (id int PRIMARY KEY, name text NOT NULL);
+  INSERT INTO qc_cust SELECT g, CASE WHEN g = 3 THEN 'bad' ELSE 'c' || g END
+    FROM generate_series(1, 6) g;
+  CREATE TABLE qc_ord (id int PRIMARY KEY, cust int NOT NULL, amt int);
+  CREATE INDEX ON qc_ord (cust);
+  INSERT INTO qc_ord SELECT g, 1 + g % 6, g FROM generate_series(1, 18) g;
+$$ AS setup_q \gset
+SELECT public.regress_eager(:'setup_q');
+SELECT leapfrog.start('ljq', $$
+  CREATE TABLE qc_names (id int, cust int, name text CHECK (name <> 'bad'));
+  INSERT INTO qc_names SELECT o.id, o.cust, c.name FROM qc_ord o JOIN qc_cust c ON c.id = o.cust;
+$$, on_error => 'quarantine');
+ALTER SYSTEM SET leapfrog.background = on;
+ALTER SYSTEM SET leapfrog.background_delay = 0;
+SELECT pg_reload_conf();
+SELECT leapfrog.wait('ljq', 60);
+ALTER SYSTEM RESET leapfrog.background;
+ALTER SYSTEM RESET leapfrog.background_delay;
+SELECT pg_reload_conf();
+SELECT name, state, error FROM leapfrog.migrations WHERE name = 'ljq';
+-- customer 3's three orders are not in the new table
+SELECT cust, count(*) FROM qc_names GROUP BY cust ORDER BY cust;
+SELECT c.oid::regclass AS qcc FROM pg_class c
+ WHERE c.relnamespace = 'leapfrog_quarantine'::regnamespace AND c.relname LIKE 'qc\_cust\_m%' \gset
+SELECT c.oid::regclass AS qco FROM pg_class c
+ WHERE c.relnamespace = 'leapfrog_quarantine'::regnamespace AND c.relname LIKE 'qc\_ord\_m%' \gset
+SELECT id, name, failed_sqlstate FROM :qcc ORDER BY id;
+SELECT id, cust, amt, failed_sqlstate FROM :qco ORDER BY id;
+SELECT count(*) AS customers, count(*) FILTER (WHERE name = 'bad') AS bad FROM qc_cust;
+SELECT count(*) AS orders FROM qc_ord;
+DROP TABLE qc_names, qc_ord, qc_cust;
+
 DROP PROCEDURE public.lj_app(text);
 DROP FUNCTION public.lj_keys_done();
 DROP SCHEMA lj_eager CASCADE;
