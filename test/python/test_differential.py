@@ -16,7 +16,9 @@ workload also reads and writes them (values, group and join keys, deletes,
 inserts into existing and new groups); their final contents are compared too.
 Some GROUP BY cases get a second GROUP BY or a row mapping of their input,
 and some join cases a GROUP BY mapping of their input a (_with_shared_join),
-so that the inputs are tracked by keys (test_differential_tracked).
+so that the inputs are tracked by keys (test_differential_tracked); some
+join cases that keep inputs live get NOT NULL key columns in them
+(_with_join_in_place), so that they are tracked in place, not replaced.
 Chains (test_differential_chain*, gen_chain_case): a second script, sometimes a
 third, over the tables the first migration is still filling (renames, type
 changes, added columns, indexes, splits and filters, a GROUP BY, the join of
