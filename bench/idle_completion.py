@@ -57,11 +57,13 @@ def server_cpu_s(cl):
     return total / clk
 
 
-def fresh_db(cl):
+def fresh_db(cl, template=TEMPLATE, rundb=RUNDB):
+    """rundb, a new copy of template, its tables and indexes in shared
+    buffers, checkpointed."""
     with psycopg.connect(cl.conninfo(), autocommit=True) as c:
-        c.execute(f"DROP DATABASE IF EXISTS {RUNDB}")
-        c.execute(f"CREATE DATABASE {RUNDB} TEMPLATE {TEMPLATE} STRATEGY FILE_COPY")
-    with psycopg.connect(cl.conninfo(RUNDB), autocommit=True) as c:
+        c.execute(f"DROP DATABASE IF EXISTS {rundb}")
+        c.execute(f"CREATE DATABASE {rundb} TEMPLATE {template} STRATEGY FILE_COPY")
+    with psycopg.connect(cl.conninfo(rundb), autocommit=True) as c:
         c.execute("SELECT count(pg_prewarm(oid)) FROM pg_class WHERE relkind IN ('r', 'i')")
         c.execute("CHECKPOINT")
 

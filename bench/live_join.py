@@ -46,7 +46,7 @@ import psycopg  # noqa: E402
 from leapfrog_cluster import Cluster, extension_installed  # noqa: E402
 
 from leapfrog_bench.settings import default_settings  # noqa: E402
-from idle_completion import server_cpu_s  # noqa: E402
+from idle_completion import fresh_db, server_cpu_s  # noqa: E402
 from live_table import spread  # noqa: E402
 
 SCRIPT = """
@@ -83,13 +83,9 @@ def make_template(cl, customers, per):
 def run(cl, kind, statements, by):
     """{step: mean ms per statement, or the call's s for complete} on a fresh copy."""
     out = {}
-    with psycopg.connect(cl.conninfo(), autocommit=True) as c:
-        c.execute("DROP DATABASE IF EXISTS run")
-        c.execute("CREATE DATABASE run TEMPLATE tmpl STRATEGY FILE_COPY")
+    fresh_db(cl, "tmpl", "run")
     with psycopg.connect(cl.conninfo("run"), autocommit=True) as c:
         n = c.execute("SELECT count(*) FROM customers").fetchone()[0]
-        c.execute("SELECT count(pg_prewarm(oid)) FROM pg_class WHERE relkind IN ('r', 'i')")
-        c.execute("CHECKPOINT")
         cpu0, t0 = server_cpu_s(cl), time.monotonic()
         if kind == "eager":
             with c.transaction():
