@@ -1563,7 +1563,13 @@ lf_migrate_live_key(LfMigration *mig, LfMapping *m, int i, Datum *key)
 	LfDoneKeys *d;
 	LfLiveClaim c;
 
-	if (!lf_lock_input_if_exists(m->done_keys, RowExclusiveLock))
+	/*
+	 * Every input, as a worker's step: a join's other input is not the
+	 * table written, and a completion that committed after this backend
+	 * last looked drops a retired input at once, while the table of done
+	 * keys waits for the written table's lock (live_join_complete).
+	 */
+	if (!lock_unit_inputs(m))
 		return;					/* completed meanwhile */
 	d = lf_done_keys_open(m);
 	if (lf_live_done(d, m, key, GetTransactionSnapshot()))
