@@ -63,6 +63,12 @@
  *	  same lock, inserts first and leaves the group if the unique index
  *	  already holds the key, committed or in progress; it deletes its
  *	  duplicate before it releases the lock.
+ *	- The trigger's step (migrate.c, lf_migrate_live_key) first locks every
+ *	  input of the mapping and its table of done keys, as a worker's step
+ *	  does: a join's other input is not the table written, and a
+ *	  completion that committed since the writer last looked drops a
+ *	  retired input as soon as nobody holds a lock on it; one gone means
+ *	  the migration completed, and the trigger does nothing.
  *	- The trigger claims a written row's groups one mapping after the other,
  *	  in the order of the script, each held to commit: two writers meeting
  *	  a customer's and a day's group in opposite orders can deadlock
