@@ -867,14 +867,6 @@ struct LfDoneKeys
 	int			scan_nkeys;
 };
 
-static LfDoneKeys *done_keys_open(LfMapping *m, LOCKMODE lockmode);
-
-LfDoneKeys *
-lf_done_keys_open(LfMapping *m)
-{
-	return done_keys_open(m, RowExclusiveLock);
-}
-
 /* lf_done_keys_open with lockmode: AccessShareLock to probe only */
 static LfDoneKeys *
 done_keys_open(LfMapping *m, LOCKMODE lockmode)
@@ -892,6 +884,12 @@ done_keys_open(LfMapping *m, LOCKMODE lockmode)
 	d->slot = table_slot_create(d->rel, NULL);
 	d->scan = NULL;
 	return d;
+}
+
+LfDoneKeys *
+lf_done_keys_open(LfMapping *m)
+{
+	return done_keys_open(m, RowExclusiveLock);
 }
 
 void

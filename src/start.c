@@ -1655,12 +1655,12 @@ why_not_in_place(StartState *st, Oid relid, bool live)
 }
 
 /*
- * Why live input relid of join mapping m cannot be
- * tracked in place, or NULL.  A row of it with a NULL key would be a unit
- * of its own, keyed by its ctid (LF_KEY_ROW), which a BEFORE trigger does
- * not know for the row it inserts: its key columns must be NOT NULL.  The
- * join's other input, if the script retires it, is then tracked by the
- * same keys (track_shared_retired), and must allow it.
+ * Why live input relid of join mapping m cannot be tracked in place, or
+ * NULL.  A row of it with a NULL key would be a unit of its own, keyed by
+ * its ctid (LF_KEY_ROW), which a BEFORE trigger does not know for the row
+ * it inserts: its key columns must be NOT NULL.  The join's other input,
+ * if the script retires it, is then tracked by the same keys
+ * (track_shared_retired), and must allow it.
  */
 static const char *
 why_not_join_in_place(StartState *st, LfMapping *m, Oid relid)
