@@ -504,6 +504,7 @@ load_unmigrated(LfMigration *m)
 				if (i < 0)
 					elog(ERROR, "leapfrog: mapping %d does not read input %u of mapping %d",
 						 carrier->id, map->input, map->id);
+				carrier->carries_rows[i] = true;
 				map->nkeys = carrier->nkeys;
 				memcpy(map->keys[0], carrier->keys[i], sizeof(map->keys[0]));
 				memcpy(map->eqops, carrier->eqops, sizeof(map->eqops));

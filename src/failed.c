@@ -499,6 +499,8 @@ quarantine_group(LfMigration *mig, Oid input, ItemPointer tid, Oid qrel, Datum s
 			/* the key's values stay in the slot's pinned tuple until it is dropped */
 			i = lf_unit_input_index(m, input);
 			lf_live_tuple_key(m, i, ExecFetchSlotHeapTuple(slot, false, NULL), RelationGetDescr(rel), key);
+			if (lf_key_joins_nothing(m, i, key))
+				continue;		/* no unit, so it gives no row to set aside */
 			d = lf_done_keys_open(m);
 			if (lf_live_claim(d, m, key, snap, false) == LF_CLAIMED)
 			{

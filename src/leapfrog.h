@@ -199,6 +199,8 @@ typedef struct LfMapping
 	bool		null_rows;		/* a key with NULLs is a row (LF_KEY_ROW):
 								 * a join's, or a row mapping's it carries */
 	int			row_sides[2];	/* the input a row of input i is recorded as */
+	bool		carries_rows[2];	/* a row mapping of input i rides on its
+									 * units (catalog.c, load_unmigrated) */
 	/* of a mapping tracking a live input i: columns its units' copies read */
 	bool		unit_cols_known[2];	/* unit_cols and unit_cols_all are set */
 	bool		unit_cols_all[2];	/* a whole row, a system or generated column */
@@ -212,8 +214,9 @@ typedef struct LfMapping
  * GROUP BY's NULL group is one unit.  A join's row with a NULL key matches
  * nothing: it is a unit of its own, the row, at key[nkeys + 1] (its block
  * + 1; 0 for a key that is not a row) and key[nkeys + 2] (its input << 16
- * | its offset).  Only retired tables have them, as a join's live inputs
- * are replaced.
+ * | its offset).  Only retired tables have them: a join's live input whose
+ * key may be NULL is replaced where the join preserves it, and elsewhere
+ * such a row is no unit (live.c, lf_key_joins_nothing).
  */
 #define LF_KEY_MAX (INDEX_MAX_KEYS + 3)
 #define LF_KEY_SIZE(nkeys) (((nkeys) + 3) * sizeof(Datum))
@@ -382,6 +385,8 @@ extern List *lf_live_range_keys(LfMapping *m, int i, Snapshot snap, BlockNumber 
 								List **tids);
 extern void lf_live_tuple_key(LfMapping *m, int i, HeapTuple tup, TupleDesc desc, Datum *key);
 extern bool lf_keys_equal(LfMapping *m, Datum *a, Datum *b);
+extern bool lf_join_preserves(LfMapping *m, int i);
+extern bool lf_key_joins_nothing(LfMapping *m, int i, Datum *key);
 extern uint64 lf_live_rows_left(LfMapping *m, Oid relid, Snapshot snap);
 extern uint64 lf_live_rows_from(LfMigration *mig, Oid input, Snapshot snap, BlockNumber *from,
 								ItemPointerData *tids, uint64 max);

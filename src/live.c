@@ -35,8 +35,10 @@
  * sides' values convert to (LfMapping.keytypes: input 0's, or the wider of
  * two, units.c) and covers both its inputs: a key claimed from a row of
  * either side migrates the rows of both.  A join's row with a NULL key
- * matches nothing: its key is the row (LF_KEY_ROW), in two more columns
- * of the table of done keys.
+ * matches nothing: on a side the join preserves, or with a row mapping
+ * riding on the join's units, its key is the row (LF_KEY_ROW), in two more
+ * columns of the table of done keys; elsewhere it is no unit at all
+ * (lf_key_joins_nothing).
  *
  * So a row written after start() only ever lands in a group already
  * migrated, and an unmigrated group holds exactly its rows at start(), as
@@ -1448,6 +1450,33 @@ lf_live_tuple_key(LfMapping *m, int i, HeapTuple tup, TupleDesc desc, Datum *key
 }
 
 /*
+ * Does a join keep the rows of its input i that match nothing (the
+ * preserved side of an outer join)?
+ */
+bool
+lf_join_preserves(LfMapping *m, int i)
+{
+	return (m->jointype == JOIN_LEFT && i == 0) || (m->jointype == JOIN_RIGHT && i == 1);
+}
+
+/*
+ * Is key (lf_live_tuple_key) of a row of input i of m no unit at all: a
+ * NULL in a join key, on a side the join does not preserve (either side
+ * of an inner join, the nullable side of an outer join), and no row
+ * mapping of the input riding on m's units?  Such a row matches nothing
+ * and gives no row, at start() or later: a write of it claims nothing, the
+ * worker and complete() pass it by, and it is no row left.  (A NULL key on
+ * a preserved side, or of a row a row mapping needs, is a unit of its own,
+ * the row: LF_KEY_ROW.)
+ */
+bool
+lf_key_joins_nothing(LfMapping *m, int i, Datum *key)
+{
+	return m->kind == LF_MAP_JOIN && DatumGetUInt32(key[m->nkeys]) != 0 &&
+		!lf_join_preserves(m, i) && !m->carries_rows[i];
+}
+
+/*
  * Are keys a and b of m (LF_KEY_SIZE, as its table of done keys holds
  * them) the same, NULLs equal?  (Binary equality: what tells the trigger
  * that two writes are of one group, and a worker that two rows are; keys
@@ -1498,7 +1527,8 @@ lf_live_range_keys(LfMapping *m, int i, Snapshot snap, BlockNumber lo, BlockNumb
 
 		CHECK_FOR_INTERRUPTS();
 		lf_live_tuple_key(m, i, ExecFetchSlotHeapTuple(slot, false, NULL), desc, key);
-		if (last != NULL && lf_keys_equal(m, key, last))
+		if (lf_key_joins_nothing(m, i, key) ||
+			(last != NULL && lf_keys_equal(m, key, last)))
 			continue;
 		last = palloc(LF_KEY_SIZE(m->nkeys));
 		for (int k = 0; k < m->nkeys; k++)
@@ -1813,8 +1843,7 @@ migrate_written_groups(LfMigration *mig, LfMapping *m, int i, TriggerData *td, H
 		/*
 		 * A BEFORE trigger runs before NOT NULL is checked: a NULL in a NOT
 		 * NULL key column fails the write as it would, with no key claimed
-		 * (the table of done keys has that column NOT NULL too; a join's
-		 * live input has its key columns NOT NULL, start.c).
+		 * (the table of done keys has that column NOT NULL too).
 		 */
 		for (int k = 0; k < m->nkeys; k++)
 			if (TupleDescAttr(desc, m->keys[i][k] - 1)->attnotnull &&
@@ -1826,6 +1855,11 @@ migrate_written_groups(LfMigration *mig, LfMapping *m, int i, TriggerData *td, H
 								RelationGetRelationName(td->tg_relation))));
 		lf_live_tuple_key(m, i, result, desc, newkey);
 	}
+	/* a NULL key of a side the join does not preserve: no unit */
+	if (has_old && lf_key_joins_nothing(m, i, oldkey))
+		has_old = false;
+	if (has_new && lf_key_joins_nothing(m, i, newkey))
+		has_new = false;
 	if (has_old && has_new)
 	{
 		has_new = !lf_keys_equal(m, oldkey, newkey);
@@ -1947,6 +1981,15 @@ lf_live_rows_left(LfMapping *m, Oid relid, Snapshot snap)
 	initStringInfo(&sql);
 	appendStringInfo(&sql, "SELECT pg_catalog.count(*) FROM ONLY %s l WHERE ", lf_relation_name(relid));
 	append_not_done(&sql, m, i, 0);
+	/* a NULL key of a side the join does not preserve is no unit (lf_key_joins_nothing) */
+	if (m->kind == LF_MAP_JOIN && !lf_join_preserves(m, i) && !m->carries_rows[i])
+	{
+		for (int k = 0; k < m->nkeys; k++)
+			if (nullable & (1u << k))
+				appendStringInfo(&sql, " AND l.%s IS NOT NULL",
+								 quote_identifier(get_attname(relid, m->keys[i][k], false)));
+		nullable = 0;
+	}
 	/* every non-empty subset of the nullable columns */
 	for (uint32 s = nullable; s != 0; s = (s - 1) & nullable)
 	{
@@ -2033,8 +2076,11 @@ lf_live_rows_from(LfMigration *mig, Oid input, Snapshot snap, BlockNumber *from,
 		{
 			Datum		key[LF_KEY_MAX];
 
-			lf_live_tuple_key(lfirst(lc), lf_unit_input_index(lfirst(lc), input), tup, desc, key);
-			if (!probe(lfirst(lc2), lfirst(lc), key, snap))
+			int			i = lf_unit_input_index(lfirst(lc), input);
+
+			lf_live_tuple_key(lfirst(lc), i, tup, desc, key);
+			if (!lf_key_joins_nothing(lfirst(lc), i, key) &&
+				!probe(lfirst(lc2), lfirst(lc), key, snap))
 			{
 				tids[n++] = slot->tts_tid;
 				break;

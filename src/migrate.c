@@ -1394,7 +1394,7 @@ skip_done_seeds(LfMapping *m, int i, LfDoneKeys *d, Snapshot snap, ItemPointer t
 		{
 			lf_live_tuple_key(m, i, ExecFetchSlotHeapTuple(slot, false, NULL),
 							  RelationGetDescr(rel), key);
-			if (lf_live_done(d, m, key, snap))
+			if (lf_key_joins_nothing(m, i, key) || lf_live_done(d, m, key, snap))
 				continue;
 		}
 		else

@@ -1603,7 +1603,8 @@ describe_pending(PendingMapping *pm, LfMapping *m)
  * Why input relid, which the script keeps (live) or drops, cannot be
  * tracked by keys (live.c), or NULL if it can: every mapping of the script
  * that reads it is a GROUP BY mapping, a join mapping (of a live table,
- * with key columns NOT NULL: why_not_join_in_place), or a
+ * with key columns NOT NULL, or NULLs that join nothing:
+ * why_not_join_in_place), or a
  * row mapping beside one (carried by the first one's units); or, of a live
  * table with a primary key, only row mappings read it (carried by the
  * first one's rows, keyed by the primary key); and the script neither
@@ -1656,11 +1657,15 @@ why_not_in_place(StartState *st, Oid relid, bool live)
 
 /*
  * Why live input relid of join mapping m cannot be tracked in place, or
- * NULL.  A row of it with a NULL key would be a unit of its own, keyed by
- * its ctid (LF_KEY_ROW), which a BEFORE trigger does not know for the row
- * it inserts: its key columns must be NOT NULL.  The join's other input,
- * if the script retires it, is then tracked by the same keys
- * (track_shared_retired), and must allow it.
+ * NULL.  A row of it with a NULL key on a side the join preserves would be
+ * a unit of its own, keyed by its ctid (LF_KEY_ROW), which a BEFORE
+ * trigger does not know for the row it inserts: there its key columns must
+ * be NOT NULL.  On a side the join does not preserve such a row gives no
+ * row and is no unit (lf_key_joins_nothing), unless a row mapping reads the
+ * table: its rows would ride on the join's units (lf_keys_carrier), and
+ * that one would have to move.  The join's other input, if the script
+ * retires it, is then tracked by the same keys (track_shared_retired), and
+ * must allow it.
  */
 static const char *
 why_not_join_in_place(StartState *st, LfMapping *m, Oid relid)
@@ -1668,10 +1673,22 @@ why_not_join_in_place(StartState *st, LfMapping *m, Oid relid)
 	int			i = m->inputs[0] == relid ? 0 : 1;
 	Oid			other = m->inputs[1 - i];
 	const char *why;
+	ListCell   *lc;
 
 	for (int k = 0; k < m->nkeys; k++)
-		if (!lf_column_not_null(relid, m->keys[i][k]))
-			return "a join key column that may be NULL";
+	{
+		if (lf_column_not_null(relid, m->keys[i][k]))
+			continue;
+		if (lf_join_preserves(m, i))
+			return "a join key column that may be NULL, on the side an outer join preserves";
+		foreach(lc, st->mappings)
+		{
+			PendingMapping *pm = lfirst(lc);
+
+			if (pm->kind == LF_MAP_ROWS && pm_reads(pm, relid))
+				return "a join key column that may be NULL, and a row mapping that reads the table";
+		}
+	}
 	if (list_member_oid(st->retired, other) &&
 		(why = why_not_in_place(st, other, false)) != NULL)
 		return psprintf("the join's other input cannot be tracked by keys: %s", why);

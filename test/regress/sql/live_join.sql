@@ -2,9 +2,10 @@
 -- live_join: a join whose inputs the script keeps.  An input whose join key
 -- columns are NOT NULL is tracked in place (src/live.c): it stays where it
 -- is, and its trigger claims the join key of each row written, migrating
--- the key's rows of both inputs first.  One whose key may be NULL is
--- replaced lazily (a row with a NULL key is a unit of its own, keyed by a
--- ctid that a BEFORE trigger does not know for the row it inserts).  Every
+-- the key's rows of both inputs first.  One whose key may be NULL on a
+-- side the join preserves is replaced lazily (a row with a NULL key is a
+-- unit of its own, keyed by a ctid that a BEFORE trigger does not know for
+-- the row it inserts); elsewhere such a row joins nothing.  Every
 -- statement runs on both sides (lj_eager ran the script eagerly) and the
 -- tables are compared.
 --
@@ -145,6 +146,105 @@ SELECT id, cust, amt, failed_sqlstate FROM :qco ORDER BY id;
 SELECT count(*) AS customers, count(*) FILTER (WHERE name = 'bad') AS bad FROM qc_cust;
 SELECT count(*) AS orders FROM qc_ord;
 DROP TABLE qc_names, qc_ord, qc_cust;
+
+-- A live input whose key may be NULL is tracked in place too where the
+-- join does not preserve it (the nullable side of a LEFT JOIN, either side
+-- of an inner join): a row with a NULL key joins nothing, so it is no unit
+-- (lf_key_joins_nothing).  Its writes claim nothing, a key set to NULL or
+-- from NULL migrates the other key first, and it is never a row left.
+CREATE FUNCTION public.lj_done(target regclass) RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE n bigint;
+BEGIN
+  EXECUTE format('SELECT count(*) FROM %s',
+                 (SELECT p.done_keys::regclass FROM leapfrog.mapping p
+                   WHERE p.target_relid = target)) INTO n;
+  RETURN n;
+END $$;
+SELECT $$
+  CREATE TABLE nk_items (id int PRIMARY KEY, name text NOT NULL);
+  INSERT INTO nk_items SELECT g, 'i' || g FROM generate_series(1, 8) g;
+  CREATE TABLE nk_lines (id int PRIMARY KEY, item int, qty int NOT NULL);
+  CREATE INDEX ON nk_lines (item);
+  INSERT INTO nk_lines SELECT g, CASE WHEN g % 4 = 0 THEN NULL ELSE 1 + g % 10 END, g
+    FROM generate_series(1, 40) g;
+$$ AS setup_n \gset
+SET search_path = lj_eager;
+SELECT public.regress_eager(:'setup_n');
+SET search_path = lj_lazy;
+SELECT public.regress_eager(:'setup_n');
+SELECT $$
+  CREATE TABLE nk_left AS SELECT i.id AS item, i.name, l.id AS line, l.qty
+    FROM nk_items i LEFT JOIN nk_lines l ON l.item = i.id;
+  CREATE TABLE nk_inner AS SELECT l.id AS line, l.item, i.name, l.qty
+    FROM nk_lines l JOIN nk_items i ON i.id = l.item;
+$$ AS script_n \gset
+SET search_path = lj_eager;
+SELECT public.regress_eager(:'script_n');
+SET search_path = lj_lazy;
+SELECT action, input, detail FROM leapfrog.plan(:'script_n') WHERE action <> 'mapping' ORDER BY 2;
+-- the preserved side of an outer join, and a row mapping's table, are still replaced
+SELECT action, input, detail FROM leapfrog.plan($$
+  CREATE TABLE nk_right AS SELECT l.id AS line, i.name FROM nk_items i RIGHT JOIN nk_lines l ON l.item = i.id;
+$$) WHERE action <> 'mapping' ORDER BY 2;
+SELECT action, input, detail FROM leapfrog.plan($$
+  CREATE TABLE nk_arch AS SELECT * FROM nk_lines WHERE qty > 30;
+  CREATE TABLE nk_in AS SELECT l.id AS line, i.name FROM nk_lines l JOIN nk_items i ON i.id = l.item;
+$$) WHERE action <> 'mapping' ORDER BY 2;
+SELECT leapfrog.start('ljn', :'script_n');
+-- the rows with a NULL key (10 of 40) are not rows left, in either mapping
+SELECT leapfrog.remaining('ljn');
+-- writes of rows with a NULL key claim nothing
+SET search_path = lj_eager;
+INSERT INTO nk_lines VALUES (100, NULL, 1);
+UPDATE nk_lines SET qty = qty + 1000 WHERE item IS NULL;
+DELETE FROM nk_lines WHERE id = 8;
+SET search_path = lj_lazy;
+INSERT INTO nk_lines VALUES (100, NULL, 1);
+UPDATE nk_lines SET qty = qty + 1000 WHERE item IS NULL;
+DELETE FROM nk_lines WHERE id = 8;
+SELECT public.lj_done('lj_lazy.nk_left') AS left_done, public.lj_done('lj_lazy.nk_inner') AS inner_done;
+-- a key set to NULL migrates the old key first, in each mapping
+SET search_path = lj_eager;
+UPDATE nk_lines SET item = NULL WHERE id = 1;
+SET search_path = lj_lazy;
+UPDATE nk_lines SET item = NULL WHERE id = 1;
+SELECT public.lj_done('lj_lazy.nk_left') AS left_done, public.lj_done('lj_lazy.nk_inner') AS inner_done;
+SELECT * FROM nk_left WHERE item = 2 ORDER BY line;
+-- a key set from NULL migrates the new key first: the line joins item 3
+-- from now on, and the rows migrated for item 3 are those of start()
+SET search_path = lj_eager;
+UPDATE nk_lines SET item = 3 WHERE id = 4;
+SET search_path = lj_lazy;
+UPDATE nk_lines SET item = 3 WHERE id = 4;
+SELECT public.lj_done('lj_lazy.nk_left') AS left_done, public.lj_done('lj_lazy.nk_inner') AS inner_done;
+SELECT * FROM nk_inner WHERE item = 3 ORDER BY line;
+SELECT * FROM lj_eager.nk_inner WHERE item = 3 ORDER BY line;
+SELECT leapfrog.remaining('ljn');
+SELECT * FROM public.regress_compare('lj_lazy.nk_left', 'lj_eager.nk_left');
+SELECT * FROM public.regress_compare('lj_lazy.nk_inner', 'lj_eager.nk_inner');
+SELECT leapfrog.complete('ljn');
+SELECT * FROM public.regress_compare('lj_lazy.nk_left', 'lj_eager.nk_left');
+SELECT * FROM public.regress_compare('lj_lazy.nk_inner', 'lj_eager.nk_inner');
+SELECT * FROM public.regress_compare('lj_lazy.nk_lines', 'lj_eager.nk_lines');
+-- ... but where a row mapping of the table rides on the join's units, a
+-- row with a NULL key is a unit all the same, the row (LF_KEY_ROW): here
+-- nk_lines, dropped and tracked by the keys of the join with the live
+-- nk_items, carries the archive of its big lines, some with no item.
+SELECT $$
+  CREATE TABLE nk_named AS SELECT l.id AS line, i.name FROM nk_items i JOIN nk_lines l ON l.item = i.id;
+  CREATE TABLE nk_big AS SELECT * FROM nk_lines WHERE qty > 20;
+  DROP TABLE nk_lines;
+$$ AS script_c \gset
+SET search_path = lj_eager;
+SELECT public.regress_eager(:'script_c');
+SET search_path = lj_lazy;
+SELECT leapfrog.start('ljc', :'script_c');
+SELECT count(*) AS big_without_item FROM nk_big WHERE item IS NULL;
+SELECT leapfrog.remaining('ljc');
+SELECT leapfrog.complete('ljc');
+SELECT * FROM public.regress_compare('lj_lazy.nk_big', 'lj_eager.nk_big');
+SELECT * FROM public.regress_compare('lj_lazy.nk_named', 'lj_eager.nk_named');
+DROP FUNCTION public.lj_done(regclass);
 
 DROP PROCEDURE public.lj_app(text);
 DROP FUNCTION public.lj_keys_done();

@@ -2,9 +2,11 @@
 -- shared_null: a table read by several GROUP BY or join mappings whose key
 -- columns may be NULL.  It is tracked by keys (src/live.c), and its tables
 -- of done keys hold NULL keys, NULLs equal: a GROUP BY's NULL group is one
--- unit.  A join's row with a NULL key matches nothing and is a unit of its
--- own, the row (LF_KEY_ROW: the join's table of done keys records the
--- input and ctid of such a row).
+-- unit.  A join's row with a NULL key matches nothing: on a side the join
+-- preserves (or with a row mapping riding on the join's units) it is a
+-- unit of its own, the row (LF_KEY_ROW: the join's table of done keys
+-- records the input and ctid of such a row); elsewhere it is no unit and
+-- no row left (lf_key_joins_nothing).
 -- Every write below runs on both sides (sn_eager ran the script eagerly)
 -- and the tables are compared.
 --
@@ -101,8 +103,9 @@ SELECT * FROM public.regress_compare('sn_lazy.per_cust_day', 'sn_eager.per_cust_
 SELECT * FROM public.regress_compare('sn_lazy.big', 'sn_eager.big');
 SELECT state FROM leapfrog.migrations WHERE name = 'sn';
 
--- 2. Kept live, with the background workers: both tables are replaced (a
--- join reads them) and their retired versions tracked by keys.  The
+-- 2. Kept live, with the background workers: ord is replaced (its NULL
+-- keys are on the side the join preserves) and its retired version tracked
+-- by keys; cust, whose NULL keys join nothing, is tracked in place.  The
 -- application writes both tables meanwhile, NULL keys included.
 SET search_path = sn_eager;
 DROP TABLE ord_name, cust_ord, per_cust, per_cust_day, big;
