@@ -63,6 +63,7 @@
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
+#include "utils/relcache.h"
 #include "utils/snapmgr.h"
 #include "utils/typcache.h"
 
@@ -190,10 +191,44 @@ lock_plan_relations(PlannedStmt *ps)
 	}
 }
 
-/* Run one plan with the given snapshot and parameters; returns es_processed. */
+/*
+ * A step's INSERT checks its rows' deferrable constraints (a foreign key, a
+ * unique constraint DEFERRABLE, as Django declares every foreign key) when
+ * it ends, as NOT DEFERRABLE ones: the trigger events of a
+ * security-restricted operation may not be deferred past it (PostgreSQL
+ * refuses with "cannot fire deferred trigger within security-restricted
+ * operation").  A step copies rows as they were at start(), which the eager
+ * script's check at its commit saw the same way: the rows they reference
+ * are migrated first (the step's plans go in the order of the new tables'
+ * foreign keys, step_plan) or by the check's own query, a statement on a
+ * new table like any other.  Only the executor's copies of the triggers
+ * change (InitResultRelInfo copies the relation's), so the transaction's
+ * SET CONSTRAINTS state and its own deferred events are left alone.
+ */
+static void
+check_constraints_now(QueryDesc *qd)
+{
+	ListCell   *lc;
+
+	foreach(lc, qd->estate->es_opened_result_relations)
+	{
+		TriggerDesc *td = ((ResultRelInfo *) lfirst(lc))->ri_TrigDesc;
+
+		for (int i = 0; td != NULL && i < td->numtriggers; i++)
+		{
+			td->triggers[i].tgdeferrable = false;
+			td->triggers[i].tginitdeferred = false;
+		}
+	}
+}
+
+/*
+ * Run one plan with the given snapshot and parameters; returns es_processed.
+ * A step's (checks_now) checks its deferrable constraints as it ends.
+ */
 static uint64
 run_plan(PlannedStmt *ps, const char *what, Snapshot snap, ParamListInfo params,
-		 DestReceiver *dest)
+		 DestReceiver *dest, bool checks_now)
 {
 	QueryDesc  *qd;
 	uint64		n;
@@ -210,6 +245,8 @@ run_plan(PlannedStmt *ps, const char *what, Snapshot snap, ParamListInfo params,
 		running_own_plan = false;
 	}
 	PG_END_TRY();
+	if (checks_now)
+		check_constraints_now(qd);
 	ExecutorRun(qd, ForwardScanDirection, 0, true);
 	ExecutorFinish(qd);
 	n = qd->estate->es_processed;
@@ -474,6 +511,7 @@ typedef struct StepPlan
 								 * for one (a mapping without a filter), or 0 */
 	List	   *direct;			/* per mapping: the $n of its ctids if
 								 * lf_copy_rows can run its plan, or 0 */
+	PlannedStmt *unit_plan;		/* of the group or join mapping, if any */
 	PlannedStmt *few_rows;		/* a join mapping's, joined by nested loop */
 	bool		ready;
 } StepPlan;
@@ -536,6 +574,60 @@ static HTAB *step_plans = NULL;
 static StepPlan *build_step_plan(LfMigration *mig, Oid input, LfMapping *um);
 
 /*
+ * The order in which a step fills targets (a list of OIDs): the positions,
+ * each target after those of the list its foreign keys reference, else in
+ * the list's order (the row mappings in the order of the script, then the
+ * group or join mapping).  A step's checks run as each INSERT ends
+ * (check_constraints_now), and a parent row that the same step brings must
+ * be there first: an archive of orders referencing the per-customer totals
+ * of the same orders (a group's row and its carried rows migrate in one
+ * step), a new table referencing a live table's copy (replace.c: its
+ * identity mapping moves the row it references).  A cycle keeps the list's
+ * order for the targets in it.
+ */
+static List *
+order_by_foreign_keys(List *targets)
+{
+	int			n = list_length(targets);
+	bool	   *placed = palloc0(sizeof(bool) * Max(n, 1));
+	List	   *order = NIL;
+
+	while (list_length(order) < n)
+	{
+		int			next = -1;
+
+		for (int k = 0; k < n && next < 0; k++)
+		{
+			Relation	rel;
+			ListCell   *lc;
+			bool		ready = true;
+
+			if (placed[k])
+				continue;
+			rel = table_open(list_nth_oid(targets, k), AccessShareLock);
+			foreach(lc, RelationGetFKeyList(rel))
+			{
+				ForeignKeyCacheInfo *fk = lfirst(lc);
+
+				for (int r = 0; r < n; r++)
+					if (!placed[r] && r != k && list_nth_oid(targets, r) == fk->confrelid)
+						ready = false;
+			}
+			table_close(rel, AccessShareLock);
+			if (ready)
+				next = k;
+		}
+		if (next < 0)
+			for (next = 0; placed[next]; next++)
+				;				/* a cycle: the first one left */
+		placed[next] = true;
+		order = lappend_int(order, next);
+	}
+	pfree(placed);
+	return order;
+}
+
+/*
  * The step plans of input, with their targets locked: before any row is
  * claimed, so that a claimer never holds rows while it waits for a lock on
  * a target (a session holding a SHARE lock on one, say).
@@ -561,6 +653,9 @@ build_step_plan(LfMigration *mig, Oid input, LfMapping *um)
 	List	   *inserts = NIL;
 	List	   *unfiltered = NIL;
 	List	   *direct = NIL;
+	List	   *targets = NIL;
+	List	   *order;
+	PlannedStmt *unit_plan = NULL;
 	PlannedStmt *few_rows = NULL;
 	MemoryContext old;
 
@@ -618,11 +713,10 @@ build_step_plan(LfMigration *mig, Oid input, LfMapping *um)
 		unfiltered = lappend_int(unfiltered, filtered == NULL ? paramid : 0);
 		direct = lappend_int(direct, lf_copy_param(ps));
 		MemoryContextSwitchTo(old);
+		targets = lappend_oid(targets, m->target);
 	}
 	/*
-	 * A group or join mapping: INSERT INTO target SELECT <its units>, after
-	 * the row mappings above, which copy the rows of a live input into its
-	 * copy: a new table's foreign key to that table checks the copy.  (A
+	 * A group or join mapping: INSERT INTO target SELECT <its units>.  (A
 	 * row mapping keyed by its input's primary key is one of those above.)
 	 */
 	if (um != NULL && um->kind != LF_MAP_ROWS)
@@ -662,11 +756,28 @@ build_step_plan(LfMigration *mig, Oid input, LfMapping *um)
 		unfiltered = lappend_int(unfiltered, 0);
 		direct = lappend_int(direct, 0);	/* a group's or join's plan */
 		MemoryContextSwitchTo(old);
+		targets = lappend_oid(targets, um->target);
+		unit_plan = ps;
 	}
 
-	sp->inserts = inserts;
-	sp->unfiltered = unfiltered;
-	sp->direct = direct;
+	order = order_by_foreign_keys(targets);
+	old = MemoryContextSwitchTo(TopMemoryContext);
+	sp->inserts = NIL;
+	sp->unfiltered = NIL;
+	sp->direct = NIL;
+	foreach(lc, order)
+	{
+		int			k = lfirst_int(lc);
+
+		sp->inserts = lappend(sp->inserts, list_nth(inserts, k));
+		sp->unfiltered = lappend_int(sp->unfiltered, list_nth_int(unfiltered, k));
+		sp->direct = lappend_int(sp->direct, list_nth_int(direct, k));
+	}
+	MemoryContextSwitchTo(old);
+	list_free(inserts);
+	list_free(unfiltered);
+	list_free(direct);
+	sp->unit_plan = unit_plan;
 	sp->few_rows = few_rows;
 	sp->ready = true;			/* last: an error above leaves it to be rebuilt */
 	return sp;
@@ -831,13 +942,13 @@ copy_claimed(LfMigration *mig, StepPlan *sp, Snapshot snap, ParamListInfo params
 		PlannedStmt *ps = lfirst(lc);
 		uint64		copied;
 
-		/* the join mapping's plan is the last one (never direct) */
-		if (sp->few_rows && lnext(sp->inserts, lc) == NULL && params->numParams == 2 &&
+		/* the join mapping's plan (never direct) */
+		if (sp->few_rows && ps == sp->unit_plan && params->numParams == 2 &&
 			(int64) counts[0] * counts[1] <= LF_FEW_PAIRS)
 			ps = sp->few_rows;
 		CommandCounterIncrement();
 		if (!lf_copy_rows(ps, lfirst_int(ld), snap, params, &copied))
-			copied = run_plan(ps, "leapfrog migrate", snap, params, None_Receiver);
+			copied = run_plan(ps, "leapfrog migrate", snap, params, None_Receiver, true);
 
 		/* a mapping without a filter copies every claimed row, or none is lost */
 		if (lfirst_int(lu) && copied != (uint64) counts[lfirst_int(lu) - 1])
@@ -1136,7 +1247,7 @@ pull_upstream(LfMigration *mig, LfMapping *m, int from, ItemPointer tids, int nt
 			rcv.set = &set;
 			CommandCounterIncrement();
 			snap = RegisterSnapshot(GetTransactionSnapshot());
-			(void) run_plan(ps, "leapfrog pull", snap, NULL, (DestReceiver *) &rcv);
+			(void) run_plan(ps, "leapfrog pull", snap, NULL, (DestReceiver *) &rcv, false);
 			UnregisterSnapshot(snap);
 			if (set.n == 0)
 				continue;
@@ -1776,7 +1887,7 @@ run_relevance(List *item, Snapshot snap, ParamListInfo params, TidSet *set)
 
 	rcv.set = set;
 	(void) run_plan(lf_item_plan(item), "leapfrog relevance", snap, params,
-					(DestReceiver *) &rcv);
+					(DestReceiver *) &rcv, false);
 }
 
 /*

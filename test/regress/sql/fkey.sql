@@ -84,6 +84,66 @@ SELECT * FROM public.regress_compare('fk_lazy.account', 'fk_eager.account');
 SELECT * FROM public.regress_compare('fk_lazy.payment', 'fk_eager.payment');
 SELECT * FROM fk_lazy.payment ORDER BY id;
 
+-- Tables that one step fills, one referencing another: the per-customer
+-- totals of the orders (a GROUP BY), an archive of the orders referencing
+-- them (a row mapping, whose rows move with their customer's group), and a
+-- split of the orders whose second half references the first with a
+-- DEFERRABLE INITIALLY DEFERRED key, as Django declares every foreign key.
+-- A step fills the referenced tables first (order_by_foreign_keys), and
+-- checks a deferrable key as its INSERT ends, as a deferred check cannot
+-- outlive its security-restricted operation (check_constraints_now).
+-- Before, the archive's rows went in before their total (23503), and the
+-- deferred key failed every step (42501); complete() failed alike.
+SELECT $$
+  CREATE TABLE ord (id int PRIMARY KEY, cust int NOT NULL, amt int NOT NULL);
+  CREATE INDEX ON ord (cust);
+  INSERT INTO ord SELECT g, g % 5, g FROM generate_series(1, 20) g;
+$$ AS setup2 \gset
+SELECT $$
+  CREATE TABLE tot (cust int PRIMARY KEY, n bigint, s bigint);
+  CREATE TABLE arch (id int PRIMARY KEY, cust int REFERENCES tot, amt int);
+  CREATE TABLE pub (id int PRIMARY KEY, cust int);
+  CREATE TABLE priv (id int PRIMARY KEY REFERENCES pub DEFERRABLE INITIALLY DEFERRED,
+                     amt int);
+  INSERT INTO tot SELECT cust, count(*), sum(amt) FROM ord GROUP BY cust;
+  INSERT INTO arch SELECT id, cust, amt FROM ord;
+  INSERT INTO pub SELECT id, cust FROM ord;
+  INSERT INTO priv SELECT id, amt FROM ord;
+$$ AS script2 \gset
+CREATE PROCEDURE public.fk_app(s text) LANGUAGE plpgsql AS $$
+BEGIN
+  PERFORM pg_catalog.set_config('search_path', s, true);
+  -- the check migrates customer 3's group, its archive and its split rows
+  INSERT INTO arch VALUES (100, 3, 1);
+  -- a write of the live input migrates customer 4's
+  UPDATE ord SET amt = 0 WHERE id = 4;
+  -- the application's own deferred check waits for its commit, a step
+  -- (customer 1's, by the update of ord) in between
+  INSERT INTO priv VALUES (200, 1);
+  UPDATE ord SET amt = amt + 1 WHERE id = 6;
+  INSERT INTO pub VALUES (200, 0);
+  BEGIN
+    DELETE FROM tot WHERE cust = 2;
+  EXCEPTION WHEN foreign_key_violation THEN
+    RAISE NOTICE 'tot 2 is referenced';
+  END;
+END $$;
+SET search_path = fk_eager;
+SELECT public.regress_eager(:'setup2');
+SELECT public.regress_eager(:'script2');
+CALL public.fk_app('fk_eager');
+SET search_path = fk_lazy;
+SELECT public.regress_eager(:'setup2');
+SELECT leapfrog.start('fkey2', :'script2');
+CALL public.fk_app('fk_lazy');
+SELECT count(*) AS arch, (SELECT count(*) FROM priv) AS priv FROM arch;
+SELECT leapfrog.complete('fkey2');
+SELECT * FROM public.regress_compare('fk_lazy.tot', 'fk_eager.tot');
+SELECT * FROM public.regress_compare('fk_lazy.arch', 'fk_eager.arch');
+SELECT * FROM public.regress_compare('fk_lazy.pub', 'fk_eager.pub');
+SELECT * FROM public.regress_compare('fk_lazy.priv', 'fk_eager.priv');
+DROP PROCEDURE public.fk_app(text);
+
 RESET search_path;
 DROP SCHEMA fk_eager CASCADE;
 DROP SCHEMA fk_lazy CASCADE;
