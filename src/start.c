@@ -497,7 +497,10 @@ check_units(LfMapping *m)
 
 	if (why)
 		refuse(errmsg("%s is not supported in a mapping", why),
-			   errdetail("A GROUP BY mapping groups on columns of its input; a join mapping joins two tables on equalities of their columns, [INNER|LEFT|RIGHT] JOIN."));
+			   errdetail("A GROUP BY mapping groups on columns of its input; a join mapping joins two tables on equalities of their columns, [INNER|LEFT|RIGHT] JOIN, "
+						 "of one type or of two types one operator family compares (int and bigint, varchar and text)."),
+			   strstr(why, "casts a column") ?
+			   errhint("Change one column's type in an earlier migration, or join columns that need no cast.") : 0);
 	if (m->kind == LF_MAP_JOIN && m->jointype != JOIN_INNER &&
 		m->jointype != JOIN_LEFT && m->jointype != JOIN_RIGHT)
 		refuse(errmsg("FULL JOIN is not supported in a mapping"),

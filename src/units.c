@@ -70,6 +70,52 @@ plain_column(Node *node, int rti)
 	return (Var *) node;
 }
 
+/*
+ * Does a condition of quals equate a column of one table with a column of
+ * another cast to its type?  The join's key then has no operator that
+ * compares the two types in one operator family, which finding a key's
+ * rows through each table's index needs (the types that do, int and bigint,
+ * varchar and text, are compared without a cast).
+ */
+static Node *
+strip_cast(Node *node)
+{
+	for (;;)
+	{
+		if (IsA(node, FuncExpr) && ((FuncExpr *) node)->funcformat != COERCE_EXPLICIT_CALL &&
+			list_length(((FuncExpr *) node)->args) == 1)
+			node = linitial(((FuncExpr *) node)->args);
+		else if (IsA(node, RelabelType))
+			node = (Node *) ((RelabelType *) node)->arg;
+		else if (IsA(node, CoerceViaIO))
+			node = (Node *) ((CoerceViaIO *) node)->arg;
+		else
+			return node;
+	}
+}
+
+static bool
+casts_a_key(Node *quals)
+{
+	ListCell   *lc;
+
+	foreach(lc, make_ands_implicit((Expr *) quals))
+	{
+		OpExpr	   *op = lfirst(lc);
+		Var		   *l,
+				   *r;
+
+		if (!IsA(op, OpExpr) || list_length(op->args) != 2)
+			continue;
+		l = plain_column(strip_cast(linitial(op->args)), 0);
+		r = plain_column(strip_cast(lsecond(op->args)), 0);
+		if (l != NULL && r != NULL && l->varno != r->varno &&
+			op_mergejoinable(op->opno, exprType(linitial(op->args))))
+			return true;
+	}
+	return false;
+}
+
 /* The relations of a join mapping: their rtindexes, and the join's shape. */
 static bool
 join_shape(Query *q, int *rti, JoinType *jointype, Node **quals)
@@ -340,7 +386,9 @@ lf_describe_units(LfMapping *m)
 			m->nkeys++;
 		}
 		if (m->nkeys == 0)
-			return "a join without an equality between a column of each table";
+			return casts_a_key(quals) ?
+				"a join whose equality casts a column to the other's type (int = numeric, say)" :
+				"a join without an equality between a column of each table";
 
 		/*
 		 * A unit's rows are looked up with one scan key per key column

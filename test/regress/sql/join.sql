@@ -151,6 +151,13 @@ SELECT leapfrog.start('bad', $$
   INSERT INTO d SELECT a.v, b.v FROM a JOIN b ON a.k < b.k;
   DROP TABLE a; DROP TABLE b;
 $$);
+-- keys of two types that need a cast (int and numeric): no index of one
+-- could find the other's key
+SELECT leapfrog.start('bad', $$
+  CREATE TABLE d (a int, b int);
+  INSERT INTO d SELECT a.v, b.v FROM a JOIN b ON a.k = b.k::numeric;
+  DROP TABLE a; DROP TABLE b;
+$$);
 SELECT leapfrog.start('bad', $$
   CREATE TABLE d (a int, b int);
   INSERT INTO d SELECT a.v, b.v FROM a JOIN b ON a.id = b.id AND a.id = b.k;
