@@ -67,6 +67,7 @@ List	   *lf_recent_done = NIL;
 #define Anum_migration_on_error		12
 #define Anum_input_migration_id		1
 #define Anum_input_relid			2
+#define Anum_input_orig_name		3
 #define Anum_input_in_place			4
 #define Anum_input_live_keys		5
 #define Anum_mapping_id				1
@@ -280,13 +281,20 @@ load_input(HeapTuple tup, TupleDesc desc)
 		/* a recently completed migration: which inputs were altered in place */
 		m = migration_in(lf_recent_done, DatumGetInt32(heap_getattr(tup, Anum_input_migration_id,
 																	desc, &isnull)));
-		if (m && DatumGetBool(heap_getattr(tup, Anum_input_in_place, desc, &isnull)))
-			m->in_place = lappend_oid(m->in_place, relid);
-		return;
+		if (m == NULL)
+			return;
 	}
-	m->inputs = lappend_oid(m->inputs, relid);
+	else
+		m->inputs = lappend_oid(m->inputs, relid);
 	if (DatumGetBool(heap_getattr(tup, Anum_input_in_place, desc, &isnull)))
+	{
 		m->in_place = lappend_oid(m->in_place, relid);
+		m->in_place_names = lappend(m->in_place_names,
+									TextDatumGetCString(heap_getattr(tup, Anum_input_orig_name,
+																	 desc, &isnull)));
+	}
+	if (!list_member_ptr(lf_active, m))
+		return;
 	if (desc->natts >= Anum_input_live_keys)
 	{
 		Datum		keys = heap_getattr(tup, Anum_input_live_keys, desc, &isnull);
@@ -395,6 +403,29 @@ mapping_done_keys(HeapTuple tup, TupleDesc desc, LfMigration *m, LfMapping *map)
 	return InvalidOid;
 }
 
+/*
+ * Does target, filled from input, stand for input altered in place: is it
+ * the copy that took input's name (replace.c)?  Eagerly that table was
+ * there all along, and a snapshot older than start() saw its rows; any
+ * other new table was empty to it, whatever it reads.
+ */
+static bool
+refills_in_place(LfMigration *m, Oid input, Oid target)
+{
+	ListCell   *lc,
+			   *ln;
+	char	   *relname = get_rel_name(target);
+
+	if (relname == NULL)
+		return false;
+	forboth(lc, m->in_place, ln, m->in_place_names)
+		if (lfirst_oid(lc) == input &&
+			strcmp(quote_qualified_identifier(get_namespace_name(get_rel_namespace(target)), relname),
+				   (char *) lfirst(ln)) == 0)
+			return true;
+	return false;
+}
+
 static void
 load_mapping(HeapTuple tup, TupleDesc desc)
 {
@@ -416,15 +447,12 @@ load_mapping(HeapTuple tup, TupleDesc desc)
 		m = migration_in(lf_recent_done, mig_id);
 		if (m == NULL)
 			return;
-		m->targets = list_append_unique_oid(m->targets, target);
-		if (list_member_oid(m->in_place,
-							DatumGetObjectId(heap_getattr(tup, Anum_mapping_input_relid,
-														  desc, &isnull))))
-			m->in_place_targets = list_append_unique_oid(m->in_place_targets, target);
 		recent = true;
 	}
-	else
-		m->targets = list_append_unique_oid(m->targets, target);
+	m->targets = list_append_unique_oid(m->targets, target);
+	if (refills_in_place(m, DatumGetObjectId(heap_getattr(tup, Anum_mapping_input_relid,
+														  desc, &isnull)), target))
+		m->in_place_targets = list_append_unique_oid(m->in_place_targets, target);
 	map = palloc0(sizeof(LfMapping));
 	map->id = DatumGetInt32(heap_getattr(tup, Anum_mapping_id, desc, &isnull));
 	map->input = DatumGetObjectId(heap_getattr(tup, Anum_mapping_input_relid, desc, &isnull));

@@ -307,7 +307,8 @@ mapping_branch(LfMapping *m, LfMigration *mig, RangeTblEntry *orig, int rti,
 	Node	   *gate_done;
 	ListCell   *lc;
 	int			attno;
-	bool		in_place = list_member_oid(mig->in_place, m->input);
+	/* the copy of a table altered in place, which eagerly held its rows */
+	bool		in_place = list_member_oid(mig->in_place_targets, m->target);
 
 	foreach(lc, conjuncts)
 	{

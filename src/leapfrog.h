@@ -283,13 +283,14 @@ typedef struct LfMigration
 	LfXact		done;			/* of the completion (lf_recent_done only) */
 	List	   *inputs;			/* OIDs of retired tables (lf_active only) */
 	List	   *in_place;		/* those altered in place eagerly (replace.c) */
+	List	   *in_place_names;	/* their names before start(), qualified */
 	List	   *live;			/* inputs tracked in place (live.c) ... */
 	List	   *live_first_keys;	/* ... their first mapping's table of done keys */
 	List	   *live_keys;		/* every mapping's table of done keys */
 	List	   *mappings;		/* LfMapping * (lf_active only) */
 	List	   *targets;		/* OIDs of new tables */
 	List	   *in_place_targets;	/* those that replace an input altered in
-									 * place (lf_recent_done only) */
+									 * place: its copy, which took its name */
 	List	   *fkeys;			/* LfForeignKey * of the targets (lf_active only) */
 } LfMigration;
 
@@ -502,6 +503,7 @@ typedef enum LfItemKind
 
 /* snapshot.c */
 extern bool lf_xact_visible(LfXact *x, Snapshot snap);
+extern bool lf_stmt_reads_any(PlannedStmt *stmt, List *relids);
 extern bool lf_completions_visible(PlannedStmt *stmt, Snapshot snap, LfMigration **unseen,
 								   bool *before_start);
 extern void lf_snapshot_predates(const char *migration, const char *detail) pg_attribute_noreturn();

@@ -2271,7 +2271,9 @@ prepare_statement(QueryDesc *qd, List *items)
 			over = true;		/* completed since the plan was made */
 		else if (xact && !lf_xact_visible(&mig->started, q))
 		{
-			if (list_member_oid(mig->in_place, lf_item_input(item)))
+			/* the copy of a table altered in place held its rows eagerly */
+			if (list_member_oid(mig->in_place, lf_item_input(item)) &&
+				lf_stmt_reads_any(qd->plannedstmt, mig->in_place_targets))
 				lf_snapshot_predates(mig->name,
 									 "the transaction's snapshot predates its start, and eagerly it "
 									 "would see the rows of the table altered in place.");

@@ -77,8 +77,8 @@ lf_xact_visible(LfXact *x, Snapshot snap)
  * queries (chained migrations: an input of a later migration is a new
  * table of an earlier one)?
  */
-static bool
-reads_any(PlannedStmt *stmt, List *relids)
+bool
+lf_stmt_reads_any(PlannedStmt *stmt, List *relids)
 {
 	ListCell   *lc;
 
@@ -123,10 +123,10 @@ lf_completions_visible(PlannedStmt *stmt, Snapshot snap, LfMigration **unseen,
 			lf_recent_done = foreach_delete_current(lf_recent_done, lc);
 			continue;
 		}
-		if (!reads_any(stmt, m->targets) || lf_xact_visible(&m->done, snap))
+		if (!lf_stmt_reads_any(stmt, m->targets) || lf_xact_visible(&m->done, snap))
 			continue;
 		*before_start = !lf_xact_visible(&m->started, snap);
-		if (*before_start && !reads_any(stmt, m->in_place_targets))
+		if (*before_start && !lf_stmt_reads_any(stmt, m->in_place_targets))
 			continue;
 		*unseen = m;
 		return false;
