@@ -48,7 +48,11 @@ CREATE TABLE leapfrog.input (
     -- in place: relid is the live table itself, and this table holds the
     -- keys of the groups migrated of the first mapping that reads it (each
     -- has one: mapping.done_keys; docs/design.md, "Inputs that stay live").
-    live_keys    oid
+    live_keys    oid,
+    -- Of an input in_place: the copy that took its name, which eagerly is
+    -- that table (added after the first release of 0.1: without it, every
+    -- new table filled from the input counts as it).
+    in_place_copy oid
 );
 
 -- One row per INSERT ... SELECT of the script.  query is the analyzed mapping

@@ -67,9 +67,9 @@ List	   *lf_recent_done = NIL;
 #define Anum_migration_on_error		12
 #define Anum_input_migration_id		1
 #define Anum_input_relid			2
-#define Anum_input_orig_name		3
 #define Anum_input_in_place			4
 #define Anum_input_live_keys		5
+#define Anum_input_in_place_copy	6
 #define Anum_mapping_id				1
 #define Anum_mapping_migration_id	2
 #define Anum_mapping_input_relid	3
@@ -288,10 +288,16 @@ load_input(HeapTuple tup, TupleDesc desc)
 		m->inputs = lappend_oid(m->inputs, relid);
 	if (DatumGetBool(heap_getattr(tup, Anum_input_in_place, desc, &isnull)))
 	{
+		Datum		copy = (Datum) 0;
+
 		m->in_place = lappend_oid(m->in_place, relid);
-		m->in_place_names = lappend(m->in_place_names,
-									TextDatumGetCString(heap_getattr(tup, Anum_input_orig_name,
-																	 desc, &isnull)));
+		/* the copy that took its name; of an older catalog, unknown */
+		if (desc->natts >= Anum_input_in_place_copy)
+			copy = heap_getattr(tup, Anum_input_in_place_copy, desc, &isnull);
+		if (desc->natts >= Anum_input_in_place_copy && !isnull)
+			m->in_place_targets = lappend_oid(m->in_place_targets, DatumGetObjectId(copy));
+		else
+			m->in_place_unknown = lappend_oid(m->in_place_unknown, relid);
 	}
 	if (!list_member_ptr(lf_active, m))
 		return;
@@ -403,29 +409,6 @@ mapping_done_keys(HeapTuple tup, TupleDesc desc, LfMigration *m, LfMapping *map)
 	return InvalidOid;
 }
 
-/*
- * Does target, filled from input, stand for input altered in place: is it
- * the copy that took input's name (replace.c)?  Eagerly that table was
- * there all along, and a snapshot older than start() saw its rows; any
- * other new table was empty to it, whatever it reads.
- */
-static bool
-refills_in_place(LfMigration *m, Oid input, Oid target)
-{
-	ListCell   *lc,
-			   *ln;
-	char	   *relname = get_rel_name(target);
-
-	if (relname == NULL)
-		return false;
-	forboth(lc, m->in_place, ln, m->in_place_names)
-		if (lfirst_oid(lc) == input &&
-			strcmp(quote_qualified_identifier(get_namespace_name(get_rel_namespace(target)), relname),
-				   (char *) lfirst(ln)) == 0)
-			return true;
-	return false;
-}
-
 static void
 load_mapping(HeapTuple tup, TupleDesc desc)
 {
@@ -450,8 +433,8 @@ load_mapping(HeapTuple tup, TupleDesc desc)
 		recent = true;
 	}
 	m->targets = list_append_unique_oid(m->targets, target);
-	if (refills_in_place(m, DatumGetObjectId(heap_getattr(tup, Anum_mapping_input_relid,
-														  desc, &isnull)), target))
+	if (list_member_oid(m->in_place_unknown,
+						DatumGetObjectId(heap_getattr(tup, Anum_mapping_input_relid, desc, &isnull))))
 		m->in_place_targets = list_append_unique_oid(m->in_place_targets, target);
 	map = palloc0(sizeof(LfMapping));
 	map->id = DatumGetInt32(heap_getattr(tup, Anum_mapping_id, desc, &isnull));
@@ -849,11 +832,12 @@ lf_catalog_add_migration(const char *name, Oid owner, const char *script, const 
 
 void
 lf_catalog_add_input(int migration_id, Oid relid, const char *orig_name, bool in_place,
-					 Oid live_keys)
+					 Oid live_keys, Oid in_place_copy)
 {
-	Oid			types[5] = {INT4OID, OIDOID, TEXTOID, BOOLOID, OIDOID};
-	Datum		values[5] = {Int32GetDatum(migration_id), ObjectIdGetDatum(relid),
-		CStringGetTextDatum(orig_name), BoolGetDatum(in_place), ObjectIdGetDatum(live_keys)};
+	Oid			types[6] = {INT4OID, OIDOID, TEXTOID, BOOLOID, OIDOID, OIDOID};
+	Datum		values[6] = {Int32GetDatum(migration_id), ObjectIdGetDatum(relid),
+		CStringGetTextDatum(orig_name), BoolGetDatum(in_place), ObjectIdGetDatum(live_keys),
+	ObjectIdGetDatum(in_place_copy)};
 
 	spi_connect();
 
@@ -869,9 +853,14 @@ lf_catalog_add_input(int migration_id, Oid relid, const char *orig_name, bool in
 				"AND m.state OPERATOR(pg_catalog.=) 'done' "
 				"AND $1 OPERATOR(pg_catalog.<>) i.migration_id",
 				2, types, values, false, SPI_OK_DELETE);
-	catalog_sql("INSERT INTO leapfrog.input (migration_id, relid, orig_name, in_place, live_keys) "
-				"VALUES ($1, $2, $3, $4, NULLIF($5, '0'::pg_catalog.oid))", 5, types, values, false,
-				SPI_OK_INSERT);
+	if (get_attnum(lf_catalog_table("input"), "in_place_copy") != InvalidAttrNumber)
+		catalog_sql("INSERT INTO leapfrog.input (migration_id, relid, orig_name, in_place, live_keys, in_place_copy) "
+					"VALUES ($1, $2, $3, $4, NULLIF($5, '0'::pg_catalog.oid), NULLIF($6, '0'::pg_catalog.oid))",
+					6, types, values, false, SPI_OK_INSERT);
+	else
+		catalog_sql("INSERT INTO leapfrog.input (migration_id, relid, orig_name, in_place, live_keys) "
+					"VALUES ($1, $2, $3, $4, NULLIF($5, '0'::pg_catalog.oid))", 5, types, values, false,
+					SPI_OK_INSERT);
 	SPI_finish();
 }
 

@@ -283,7 +283,6 @@ typedef struct LfMigration
 	LfXact		done;			/* of the completion (lf_recent_done only) */
 	List	   *inputs;			/* OIDs of retired tables (lf_active only) */
 	List	   *in_place;		/* those altered in place eagerly (replace.c) */
-	List	   *in_place_names;	/* their names before start(), qualified */
 	List	   *live;			/* inputs tracked in place (live.c) ... */
 	List	   *live_first_keys;	/* ... their first mapping's table of done keys */
 	List	   *live_keys;		/* every mapping's table of done keys */
@@ -291,6 +290,8 @@ typedef struct LfMigration
 	List	   *targets;		/* OIDs of new tables */
 	List	   *in_place_targets;	/* those that replace an input altered in
 									 * place: its copy, which took its name */
+	List	   *in_place_unknown;	/* inputs in_place whose copy an older
+									 * catalog did not record: all their targets */
 	List	   *fkeys;			/* LfForeignKey * of the targets (lf_active only) */
 } LfMigration;
 
@@ -319,7 +320,7 @@ extern char *lf_relation_name(Oid relid);
 extern int	lf_catalog_add_migration(const char *name, Oid owner, const char *script,
 									 const char *on_error);
 extern void lf_catalog_add_input(int migration_id, Oid relid, const char *orig_name,
-								 bool in_place, Oid live_keys);
+								 bool in_place, Oid live_keys, Oid in_place_copy);
 extern void lf_catalog_add_mapping(int migration_id, Oid input, Oid target, const char *query,
 								   Oid done_keys);
 extern bool lf_catalog_name_taken(const char *name);

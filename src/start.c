@@ -1982,12 +1982,13 @@ check_inputs_retired(StartState *st)
 }
 
 /*
- * Whether retired table relid is a table the script replaced lazily that
- * eager would have altered in place (no rewrite): a snapshot older than
- * start() then sees its rows eagerly (migrate.c gives it 40001).
+ * If retired table relid is a table the script replaced lazily that eager
+ * would have altered in place (no rewrite), its copy, which took its name:
+ * a snapshot older than start() sees its rows eagerly (migrate.c gives it
+ * 40001), and any other new table filled from it empty.  Else InvalidOid.
  */
-static bool
-altered_in_place(StartState *st, Oid relid)
+static Oid
+in_place_copy(StartState *st, Oid relid)
 {
 	ListCell   *lc;
 
@@ -1996,9 +1997,9 @@ altered_in_place(StartState *st, Oid relid)
 		LfReplacement *r = lfirst(lc);
 
 		if (r->old == relid)
-			return !r->rewrites;
+			return r->rewrites ? InvalidOid : r->clone;
 	}
-	return false;
+	return InvalidOid;
 }
 
 /* The catalog rows of the migration: its inputs and mappings. */
@@ -2010,11 +2011,12 @@ record_migration(StartState *st)
 
 	forboth(lc, st->retired, lc2, st->retired_names)
 		lf_catalog_add_input(st->migration_id, lfirst_oid(lc), (char *) lfirst(lc2),
-							 altered_in_place(st, lfirst_oid(lc)),
-							 first_done_keys(st, lfirst_oid(lc)));
+							 OidIsValid(in_place_copy(st, lfirst_oid(lc))),
+							 first_done_keys(st, lfirst_oid(lc)),
+							 in_place_copy(st, lfirst_oid(lc)));
 	forboth(lc, st->live, lc2, st->live_names)
 		lf_catalog_add_input(st->migration_id, lfirst_oid(lc), (char *) lfirst(lc2), false,
-							 first_done_keys(st, lfirst_oid(lc)));
+							 first_done_keys(st, lfirst_oid(lc)), InvalidOid);
 	foreach(lc, st->mappings)
 	{
 		PendingMapping *pm = lfirst(lc);
