@@ -312,6 +312,46 @@ database_exists(Oid dboid)
 }
 
 /*
+ * Free the parked slots of databases dropped meanwhile (the migration went
+ * with its database), before background = on unparks them: their workers
+ * would fail to connect ("database ... does not exist").
+ */
+static void
+forget_dropped_parked(void)
+{
+	Oid			parked[LF_MAX_DATABASES];
+	int			n = 0;
+
+	LWLockAcquire(lf_shared->lock, LW_SHARED);
+	for (int i = 0; i < LF_MAX_DATABASES; i++)
+		if (lf_shared->slots[i].dboid != InvalidOid && lf_shared->slots[i].parked)
+			parked[n++] = lf_shared->slots[i].dboid;
+	LWLockRelease(lf_shared->lock);
+	for (int j = 0; j < n; j++)
+	{
+		if (database_exists(parked[j]))
+			continue;
+		LWLockAcquire(lf_shared->lock, LW_EXCLUSIVE);
+		for (int i = 0; i < LF_MAX_DATABASES; i++)
+		{
+			LfSlot	   *s = &lf_shared->slots[i];
+			bool		busy = false;
+
+			if (s->dboid != parked[j] || !s->parked)
+				continue;
+			for (int k = 0; k < LF_MAX_WORKERS; k++)
+				busy |= s->pid[k] != 0 || s->wanted[k] || handles[i][k] != NULL;
+			if (!busy)
+			{
+				s->parked = false;
+				s->dboid = InvalidOid;
+			}
+		}
+		LWLockRelease(lf_shared->lock);
+	}
+}
+
+/*
  * A slot's worker that this launcher did not start: one a launcher before it
  * started (the launcher is restarted after an error, and its handles die
  * with it).  Gone when its process is (a worker that exits on an error
@@ -414,6 +454,8 @@ lf_launcher_main(Datum arg)
 			ConfigReloadPending = false;
 			ProcessConfigFile(PGC_SIGHUP);
 			pg_atomic_fetch_add_u32(&lf_shared->reloads, 1);
+			if (lf_background)
+				forget_dropped_parked();
 		}
 		reap_workers();
 		LWLockAcquire(lf_shared->lock, LW_EXCLUSIVE);

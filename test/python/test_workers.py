@@ -25,6 +25,7 @@ it on.
 """
 
 import os
+import re
 import signal
 import time
 
@@ -183,6 +184,32 @@ def test_no_worker_stays_while_background_is_off(make_cluster):
         conn.execute("SELECT pg_reload_conf()")
         _assert_completed(conn, "a_v2", 2000,
                           "no worker migrated after a reload turned leapfrog.background on")
+
+
+def test_parked_database_dropped_gets_no_worker(make_cluster):
+    """A database whose workers left their migration while
+    leapfrog.background was off (their slot parked), dropped before the
+    reload that turns it on: the launcher frees the slot instead of
+    launching workers that cannot connect ("database ... does not exist")."""
+    needs_real_extension()
+    c = make_cluster(**{"leapfrog.background": "off", "leapfrog.background_delay": 0,
+                        "log_min_messages": "debug1"})
+    c.create_database("gone")
+    with c.connect("gone") as conn:
+        _start(conn, "a", "a_v2")
+        wait_until(lambda: EXIT_OFF in c.log_text(), 30, what="a worker to exit")
+        wait_until(lambda: not _worker_pids(conn, "gone"), 30, what="no worker left")
+    c.drop_database("gone")
+    c.sql("ALTER SYSTEM SET leapfrog.background = on")
+    c.sql("SELECT pg_reload_conf()")
+    time.sleep(3)
+    assert not re.search(r"FATAL:  database \d+ does not exist", c.log_text()), \
+        "a worker was launched for a dropped database"
+    # The launcher still serves the other databases.
+    c.create_database("app")
+    with c.connect("app") as conn:
+        _start(conn, "a", "a_v2")
+        assert conn.execute("SELECT leapfrog.wait('a_v2', 60)").fetchone()[0]
 
 
 def test_retired_table_left_by_complete_is_dropped_while_background_is_off(make_cluster):
