@@ -11,6 +11,7 @@
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "storage/latch.h"
+#include "tcop/utility.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/snapmgr.h"
@@ -73,6 +74,8 @@ leapfrog_complete(PG_FUNCTION_ARGS)
 	char	   *name = text_to_cstring(PG_GETARG_TEXT_PP(0));
 	LfMigration *mig;
 
+	/* a standby: 25006, as any write (it would fail on assigning an xid) */
+	PreventCommandDuringRecovery("leapfrog.complete()");
 	lf_require_preload();
 	lf_cache_load();
 	mig = active_migration(name);

@@ -44,6 +44,7 @@
 #include "nodes/makefuncs.h"
 #include "storage/bufmgr.h"
 #include "storage/lmgr.h"
+#include "tcop/utility.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
@@ -64,6 +65,8 @@ owned_migration(const char *name)
 {
 	ListCell   *lc;
 
+	/* each caller writes: a standby gives 25006, not a failed xid */
+	PreventCommandDuringRecovery("a leapfrog function that changes a migration");
 	lf_require_preload();
 	lf_cache_load();
 	foreach(lc, lf_active)

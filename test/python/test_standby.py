@@ -170,6 +170,13 @@ def test_standby_after_complete(pair):
             open_ += [eager, lazy]
             _standby_reads(primary, standby, eager, schema, migration, sc.reads,
                            sc.name + " (running)")
+            # complete() and the other writing functions on the standby: 25006,
+            # as any write there (it was XX000, on assigning an xid)
+            with session(standby, LAZY_DB, schema) as s:
+                for call in ("leapfrog.complete(%s)", "leapfrog.resume(%s)"):
+                    with pytest.raises(psycopg.Error) as e:
+                        s.execute("SELECT " + call, [migration])
+                    assert e.value.sqlstate == "25006", (call, e.value.sqlstate, str(e.value))
             lazy.execute("SELECT leapfrog.complete(%s)", [migration])
             assert lazy.execute("SELECT state FROM leapfrog.migrations WHERE name = %s",
                                 [migration]).fetchall() == [("done",)]
