@@ -168,22 +168,32 @@ copy_privileges(LfReplacement *r)
 	HeapTuple	newtup = SearchSysCacheCopy1(RELOID, ObjectIdGetDatum(r->clone));
 	Oid			owner = ((Form_pg_class) GETSTRUCT(newtup))->relowner;
 	bool		isnull;
+	bool		newnull;
 	Datum		acl = SysCacheGetAttr(RELOID, oldtup, Anum_pg_class_relacl, &isnull);
+	Datum		newacl = SysCacheGetAttr(RELOID, newtup, Anum_pg_class_relacl, &newnull);
 
-	if (!isnull)
+	/*
+	 * Exactly the old table's: a NULL one too (the owner's default rights),
+	 * where CREATE TABLE gave the clone the owner's default privileges
+	 * (ALTER DEFAULT PRIVILEGES), which an ALTER TABLE never grants.
+	 */
+	if (!isnull || !newnull)
 	{
 		Datum		values[Natts_pg_class] = {0};
 		bool		nulls[Natts_pg_class] = {0};
 		bool		repl[Natts_pg_class] = {0};
-		Oid		   *members;
-		int			n = aclmembers(DatumGetAclP(acl), &members);
+		Oid		   *members = NULL;
+		Oid		   *had = NULL;
+		int			n = isnull ? 0 : aclmembers(DatumGetAclP(acl), &members);
+		int			nhad = newnull ? 0 : aclmembers(DatumGetAclP(newacl), &had);
 		HeapTuple	t;
 
 		values[Anum_pg_class_relacl - 1] = acl;
+		nulls[Anum_pg_class_relacl - 1] = isnull;
 		repl[Anum_pg_class_relacl - 1] = true;
 		t = heap_modify_tuple(newtup, RelationGetDescr(classrel), values, nulls, repl);
 		CatalogTupleUpdate(classrel, &t->t_self, t);
-		updateAclDependencies(RelationRelationId, r->clone, 0, owner, 0, NULL, n, members);
+		updateAclDependencies(RelationRelationId, r->clone, 0, owner, nhad, had, n, members);
 	}
 	for (int i = 0; i < r->nsource; i++)
 	{

@@ -376,6 +376,21 @@ reads_system_column(Node *node, void *context)
 	return expression_tree_walker(node, reads_system_column, context);
 }
 
+/* Does relid enable row security and force it on its owner? */
+static bool
+forced_row_security(Oid relid)
+{
+	HeapTuple	tup = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
+	bool		forced;
+
+	if (!HeapTupleIsValid(tup))
+		elog(ERROR, "cache lookup failed for relation %u", relid);
+	forced = ((Form_pg_class) GETSTRUCT(tup))->relrowsecurity &&
+		((Form_pg_class) GETSTRUCT(tup))->relforcerowsecurity;
+	ReleaseSysCache(tup);
+	return forced;
+}
+
 /* What a mapping may read: a plain table that no migration touches yet. */
 static void
 check_mapping_input(StartState *st, RangeTblEntry *in)
@@ -406,6 +421,17 @@ check_mapping_input(StartState *st, RangeTblEntry *in)
 	}
 	if (get_rel_persistence(in->relid) == RELPERSISTENCE_TEMP)
 		refuse(errmsg("mapping input \"%s\" is a temporary table", get_rel_name(in->relid)));
+
+	/*
+	 * Forced row security filters the owner's own reads: eagerly the script
+	 * copies the rows its policies show, and a step's claim would take
+	 * rows its copy does not show (a step copied 100 of its 1000 rows).
+	 */
+	if (forced_row_security(in->relid))
+		refuse(errmsg("mapping input \"%s\" has row security forced on its owner",
+					  get_rel_name(in->relid)),
+			   errhint("ALTER TABLE ... NO FORCE ROW LEVEL SECURITY for the migration, "
+					   "or copy the rows the policies show into a table first."));
 	/* every step and every computing read would draw a sample of its own */
 	if (in->tablesample != NULL)
 		refuse(errmsg("TABLESAMPLE is not supported in a mapping"),
@@ -1807,6 +1833,19 @@ keep_live_inputs(StartState *st)
 
 			if (list_member_oid(st->retired, relid) || list_member_oid(st->live, relid))
 				continue;
+
+			/*
+			 * Tracked in place or replaced, the table changes (a trigger, or
+			 * a copy in its place) until the migration completes: its owner's
+			 * call, as for a table the script drops or alters.  Eagerly a
+			 * role that may only read it could fill a new table from it.
+			 */
+			if (!pg_class_ownercheck(relid, GetUserId()))
+				ereport(ERROR,
+						(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+						 errmsg("must be owner of table %s", get_rel_name(relid)),
+						 errdetail("The script keeps the table and a mapping reads it: until the migration completes, a trigger tracks its writes or a copy takes its place."),
+						 errhint("Run the migration as the table's owner.")));
 			if ((why = why_not_in_place(st, relid, true)) != NULL)
 			{
 				/* read by several GROUP BY or join mappings: tracked by keys, retired */

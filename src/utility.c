@@ -28,6 +28,7 @@
 #include "catalog/namespace.h"
 #include "access/table.h"
 #include "nodes/makefuncs.h"
+#include "utils/acl.h"
 #include "utils/rel.h"
 #include "commands/defrem.h"
 #include "commands/extension.h"
@@ -235,6 +236,22 @@ check_utility(Node *stmt)
 									 errhint("Finish them with leapfrog.complete() first.")));
 				break;
 			}
+		case T_ReassignOwnedStmt:
+			/* the migration's owner runs its steps and owns its tables */
+			foreach(lc, ((ReassignOwnedStmt *) stmt)->roles)
+			{
+				Oid			role = get_rolespec_oid(lfirst(lc), false);
+				ListCell   *lm;
+
+				foreach(lm, lf_active)
+					if (((LfMigration *) lfirst(lm))->owner == role)
+						ereport(ERROR,
+								(errcode(ERRCODE_OBJECT_IN_USE),
+								 errmsg("cannot reassign the objects of role \"%s\" while its migration \"%s\" is running",
+										GetUserNameFromId(role, false), ((LfMigration *) lfirst(lm))->name),
+								 errhint("Finish it with leapfrog.complete() first.")));
+			}
+			break;
 		default:
 			break;
 	}
@@ -330,6 +347,7 @@ lf_ProcessUtility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTree
 		case T_ClusterStmt:
 		case T_VacuumStmt:
 		case T_DropStmt:
+		case T_ReassignOwnedStmt:
 			if (IsTransactionState() && lf_any_active() &&
 				(!IsA(pstmt->utilityStmt, CopyStmt) ||
 				 (copy_to = copy_to_as_query(pstmt)) == NULL))

@@ -139,6 +139,55 @@ RESET leapfrog.read_mode;
 RESET ROLE;
 SELECT leapfrog.complete('privileges_filter');
 
+-- A script that keeps a table a mapping reads needs the table's owner: the
+-- table gets a trigger (or a copy takes its place) until the migration
+-- completes.  Before, a role that could only read it could start such a
+-- migration, and the owner's ALTER TABLE and complete() were refused.
+SET ROLE regress_lf_owner;
+CREATE TABLE pv.kept (id int PRIMARY KEY, v int);
+INSERT INTO pv.kept SELECT g, g FROM generate_series(1, 5) g;
+GRANT SELECT ON pv.kept TO regress_lf_other;
+RESET ROLE;
+SET ROLE regress_lf_other;
+SELECT leapfrog.start('privileges_kept', 'CREATE TABLE pv.kept_copy AS SELECT id, v FROM pv.kept');
+RESET ROLE;
+SELECT count(*) AS triggers FROM pg_trigger WHERE tgrelid = 'pv.kept'::regclass;
+
+-- Forced row security filters its owner's own reads: refused.
+SET ROLE regress_lf_owner;
+CREATE POLICY only_two ON pv.kept USING (id <= 2);
+ALTER TABLE pv.kept ENABLE ROW LEVEL SECURITY, FORCE ROW LEVEL SECURITY;
+SELECT leapfrog.start('privileges_forced', 'CREATE TABLE pv.kept_copy AS SELECT id, v FROM pv.kept; DROP TABLE pv.kept');
+ALTER TABLE pv.kept NO FORCE ROW LEVEL SECURITY;
+
+-- A table the script replaces lazily keeps its privileges exactly: the
+-- copy that takes its name does not get default privileges granted since
+-- the table was made, as ALTER TABLE never grants them.
+RESET ROLE;
+CREATE SCHEMA pv2 AUTHORIZATION regress_lf_owner;
+GRANT USAGE ON SCHEMA pv2 TO regress_lf_app;
+SET ROLE regress_lf_owner;
+CREATE TABLE pv2.plain (id int PRIMARY KEY, v int);
+ALTER DEFAULT PRIVILEGES IN SCHEMA pv2 GRANT SELECT ON TABLES TO regress_lf_app;
+SELECT relacl FROM pg_class WHERE oid = 'pv2.plain'::regclass;
+SELECT leapfrog.start('privileges_acl', 'ALTER TABLE pv2.plain ADD CONSTRAINT v_pos CHECK (v > 0)');
+SELECT relacl FROM pg_class WHERE oid = 'pv2.plain'::regclass;
+SET ROLE regress_lf_app;
+\set VERBOSITY sqlstate
+SELECT count(*) FROM pv2.plain;
+\set VERBOSITY default
+RESET ROLE;
+
+-- REASSIGN OWNED BY the owner of a running migration is refused: its steps
+-- run as that role.
+RESET ROLE;
+\set VERBOSITY sqlstate
+REASSIGN OWNED BY regress_lf_owner TO regress_lf_other;
+\set VERBOSITY default
+SELECT leapfrog.complete('privileges_acl');
+SELECT relacl FROM pg_class WHERE oid = 'pv2.plain'::regclass;
+
+DROP SCHEMA pv2 CASCADE;
 DROP SCHEMA pv CASCADE;
 DROP OWNED BY regress_lf_owner, regress_lf_other, regress_lf_app, regress_lf_nobody;
 DROP ROLE regress_lf_owner, regress_lf_other, regress_lf_app, regress_lf_nobody;
