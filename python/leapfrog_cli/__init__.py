@@ -501,8 +501,10 @@ def _status_line(d, extras=True):
     elif d["state"] == "done":
         more = "%s rows in %s" % (fmt.rows(d["tuples_total"]), fmt.duration(d["elapsed_s"]))
     else:
-        more = "%s/%s rows; error: %s" % (fmt.rows(d["tuples_migrated"]),
-                                          fmt.rows(d["tuples_total"]), d["error"])
+        # the view shows the error to the owner's roles only (NULL to others)
+        more = "%s/%s rows; error: %s" % (
+            fmt.rows(d["tuples_migrated"]), fmt.rows(d["tuples_total"]),
+            d["error"] if d["error"] is not None else "(shown to the migration's owner only)")
     if extras and d["failed_rows"]:
         more += "; %s failed row%s (leapfrog failed %s)" % (
             fmt.rows(d["failed_rows"]), "" if d["failed_rows"] == 1 else "s", d["name"])
