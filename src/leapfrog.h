@@ -419,7 +419,8 @@ typedef struct LfReplacement
 	List	   *settings;		/* "SET (...)", "ALTER COLUMN ... SET STATISTICS" */
 	List	   *comment;		/* its comment, if any */
 	List	   *index_names;	/* in the order of its index list */
-	List	   *identity;		/* (attnum, sequence name, last_value, is_called) */
+	List	   *identity;		/* (attnum, sequence name, last_value, is_called,
+								 * type) */
 	Oid			owner;
 	char		replident;
 	char	   *replident_index;

@@ -54,6 +54,7 @@
 #include "catalog/pg_inherits.h"
 #include "catalog/pg_publication_rel.h"
 #include "catalog/pg_rewrite.h"
+#include "catalog/pg_sequence.h"
 #include "catalog/pg_trigger.h"
 #include "commands/tablecmds.h"
 #include "commands/tablespace.h"
@@ -574,11 +575,17 @@ lf_replace_begin(Oid relid, const char *why)
 			Oid			seq = getIdentitySequence(relid, att->attnum, false);
 			char	   *q = lf_relation_name(seq);
 
+			HeapTuple	st = SearchSysCache1(SEQRELID, ObjectIdGetDatum(seq));
+
+			if (!HeapTupleIsValid(st))
+				elog(ERROR, "cache lookup failed for sequence %u", seq);
 			exec_sql(psprintf("SELECT last_value, is_called FROM %s", q), SPI_OK_SELECT);
 			r->identity = lappend(r->identity,
-								  list_make4(makeInteger(i + 1), makeString(get_rel_name(seq)),
+								  list_make5(makeInteger(i + 1), makeString(get_rel_name(seq)),
 											 makeString(SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1)),
-											 makeString(SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2))));
+											 makeString(SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2)),
+											 makeString(format_type_be_qualified(((Form_pg_sequence) GETSTRUCT(st))->seqtypid))));
+			ReleaseSysCache(st);
 		}
 	}
 
@@ -596,6 +603,22 @@ lf_replace_begin(Oid relid, const char *why)
 	exec_sql(sql.data, SPI_OK_UTILITY);
 	CommandCounterIncrement();
 	r->clone = get_relname_relid(tmpname, get_rel_namespace(relid));
+
+	/*
+	 * LIKE gives an identity column a bigint sequence whatever its type
+	 * (PostgreSQL 15), with the old one's bounds: the old one's type, as
+	 * an ALTER TABLE keeps it (and changes it with the column's own type,
+	 * which the script's statement then does on the clone alike).
+	 */
+	foreach(lc, r->identity)
+	{
+		List	   *id = lfirst(lc);
+
+		exec_sql(psprintf("ALTER SEQUENCE %s AS %s",
+						  lf_relation_name(getIdentitySequence(r->clone, intVal(linitial(id)), false)),
+						  strVal(list_nth(id, 4))), SPI_OK_UTILITY);
+	}
+	CommandCounterIncrement();
 	foreach(lc, unvalidated)
 		set_convalidated(r->clone, lfirst(lc), false);
 
