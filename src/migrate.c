@@ -60,6 +60,7 @@
 #include "utils/datum.h"
 #include "utils/fmgroids.h"
 #include "utils/hsearch.h"
+#include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
@@ -977,16 +978,30 @@ copy_claimed(LfMigration *mig, StepPlan *sp, Snapshot snap, ParamListInfo params
 /*
  * Lock every input of m, as a step on one of them would, and a live input's
  * table of done keys (live.c), which a completion drops while the live
- * input stays; false if one is gone: the migration completed meanwhile.
+ * input stays; false if one is gone, or if mig is no longer running: the
+ * migration completed meanwhile.
+ *
+ * The tables' existence is not enough.  A completion leaves a live input's
+ * table of done keys (and trigger) for later while a writer holds the live
+ * table, and a lock this transaction already held reads no invalidation:
+ * the trigger of a statement that began before the completion, or a
+ * worker's batch chosen before it, still found the migration in the cache,
+ * and migrated a group written since (a new table's row that eagerly does
+ * not exist, or 23505 against the application's own).  So read the
+ * invalidations, and ask the cache again.
  */
 static bool
-lock_unit_inputs(LfMapping *m)
+lock_unit_inputs(LfMigration *mig, LfMapping *m)
 {
 	for (int i = 0; i < m->ninputs; i++)
 		if (!lf_lock_input_if_exists(m->inputs[i], RowExclusiveLock))
 			return false;
-	return !OidIsValid(m->done_keys) ||
-		lf_lock_input_if_exists(m->done_keys, RowExclusiveLock);
+	if (OidIsValid(m->done_keys) && !lf_lock_input_if_exists(m->done_keys, RowExclusiveLock))
+		return false;
+	AcceptInvalidationMessages();
+	if (!lf_cache_valid)
+		lf_cache_load();
+	return lf_migration_by_id(mig->id) != NULL;
 }
 
 /* Copy the claimed rows of every input of m (claimed[i]: those of input i). */
@@ -1311,7 +1326,7 @@ migrate_units(LfMigration *mig, LfMapping *m, Oid input, ItemPointer tids, int n
 	List	   *units;
 	uint64		n = 0;
 
-	if (!lock_unit_inputs(m))
+	if (!lock_unit_inputs(mig, m))
 		return 0;				/* completed meanwhile */
 	if (lf_has_upstream(mig))
 		pull_upstream(mig, m, from, tids, ntids);
@@ -1416,7 +1431,7 @@ migrate_unit_range(LfMigration *mig, LfMapping *m, Oid input, BlockNumber lo, Bl
 	StepPlan   *sp;
 	Snapshot	snap;
 
-	if (!lock_unit_inputs(m))
+	if (!lock_unit_inputs(mig, m))
 		return 0;
 	sp = step_plan(mig, input, m);
 	snap = step_snapshot();
@@ -1544,7 +1559,7 @@ migrate_live_units(LfMigration *mig, LfMapping *m, Oid input, ItemPointer tids, 
 	uint64		n;
 	int			i = lf_unit_input_index(m, input);
 
-	if (!lock_unit_inputs(m))
+	if (!lock_unit_inputs(mig, m))
 		return 0;
 	sp = step_plan(mig, m->input, m);
 	snap = step_snapshot();
@@ -1594,7 +1609,7 @@ migrate_live_range(LfMigration *mig, LfMapping *m, Oid input, BlockNumber lo, Bl
 			   *lt;
 	uint64		n;
 
-	if (!lock_unit_inputs(m))
+	if (!lock_unit_inputs(mig, m))
 		return 0;
 	sp = step_plan(mig, m->input, m);
 	snap = step_snapshot();
@@ -1680,7 +1695,7 @@ lf_migrate_live_key(LfMigration *mig, LfMapping *m, int i, Datum *key)
 	 * last looked drops a retired input at once, while the table of done
 	 * keys waits for the written table's lock (live_join_complete).
 	 */
-	if (!lock_unit_inputs(m))
+	if (!lock_unit_inputs(mig, m))
 		return;					/* completed meanwhile */
 	d = lf_done_keys_open(m);
 	if (lf_live_done(d, m, key, GetTransactionSnapshot()))
