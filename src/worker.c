@@ -959,14 +959,23 @@ fail_on_bad_row(Batch *b)
 	for (i = 0; i < b->claim.n; i++)
 	{
 		ItemPointer tid = &b->claim.tids[i];
-		LfMigration *mig;
+		LfMigration *volatile mig = NULL;
 		ErrorData  *volatile e = NULL;
 		char	   *iname;
 
 		StartTransactionCommand();
 		PushActiveSnapshot(GetTransactionSnapshot());
-		lf_cache_load();
-		mig = lf_migration_by_id(b->migration_id);
+
+		/*
+		 * Hold the input, then look: a completion drops it once nobody
+		 * holds it, and the step would open a table gone ("could not open
+		 * relation", reported as the migration's failure).
+		 */
+		if (lf_lock_input_if_exists(b->input, RowExclusiveLock))
+		{
+			lf_cache_load();
+			mig = lf_migration_by_id(b->migration_id);
+		}
 		/* names are unreadable once the transaction is aborted */
 		iname = MemoryContextStrdup(TopMemoryContext,
 									get_rel_name(b->input) ? get_rel_name(b->input) : "?");
