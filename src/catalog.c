@@ -764,6 +764,22 @@ lf_lock_input_if_exists(Oid relid, LOCKMODE mode)
 	return false;
 }
 
+/*
+ * Is migration migration_id still running (or failed), now that the caller
+ * holds a lock on one of its tables?  A lock this transaction held already
+ * reads no invalidation, and a table's existence proves nothing (a
+ * completion leaves a live input's table of done keys while a writer holds
+ * the table): read the invalidations, and ask the cache again.
+ */
+bool
+lf_still_running(int migration_id)
+{
+	AcceptInvalidationMessages();
+	if (!lf_cache_valid)
+		lf_cache_load();
+	return lf_migration_by_id(migration_id) != NULL;
+}
+
 bool
 lf_is_input(Oid relid)
 {

@@ -50,7 +50,6 @@
 #include "utils/fmgroids.h"
 #include "utils/guc.h"
 #include "utils/jsonb.h"
-#include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
@@ -114,19 +113,6 @@ refuse_live(LfMigration *mig, Oid relid)
 				 errhint("Set the row's group aside with leapfrog.quarantine_row: the new table does not get it, and the table's rows stay as they are.")));
 }
 
-/*
- * Is mig still running, now that the caller holds a lock on one of its
- * tables?  A lock already held reads no invalidation: read them.
- */
-static bool
-still_running(LfMigration *mig)
-{
-	AcceptInvalidationMessages();
-	if (!lf_cache_valid)
-		lf_cache_load();
-	return lf_migration_by_id(mig->id) != NULL;
-}
-
 /* The retired table of mig that was called input before start() */
 static Oid
 input_named(LfMigration *mig, const char *input)
@@ -144,7 +130,7 @@ input_named(LfMigration *mig, const char *input)
 	 * a retired table as soon as nobody holds it, and the row's functions
 	 * then named a table that was gone (a crash in quote_identifier).
 	 */
-	if (!lf_lock_input_if_exists(relid, RowExclusiveLock) || !still_running(mig))
+	if (!lf_lock_input_if_exists(relid, RowExclusiveLock) || !lf_still_running(mig->id))
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("migration \"%s\" completed meanwhile", mig->name)));
@@ -746,7 +732,7 @@ lf_quarantine(LfMigration *mig, Oid input, ItemPointer tid, const char *sqlstate
 	bool		by_keys = list_member_oid(mig->live, input);
 
 	/* a worker's bad row: the migration may have completed since (input_named) */
-	if (!lf_lock_input_if_exists(input, RowExclusiveLock) || !still_running(mig))
+	if (!lf_lock_input_if_exists(input, RowExclusiveLock) || !lf_still_running(mig->id))
 		return InvalidOid;
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");

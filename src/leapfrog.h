@@ -312,6 +312,7 @@ extern bool lf_is_target(Oid relid);
 extern List *lf_fkeys_referencing(Oid parent);
 extern bool lf_is_input(Oid relid);
 extern bool lf_lock_input_if_exists(Oid relid, LOCKMODE mode);
+extern bool lf_still_running(int migration_id);
 extern Oid	lf_catalog_relid(void);
 extern Oid	lf_catalog_owner(void);
 extern void lf_invalidate_all(void);

@@ -60,7 +60,6 @@
 #include "utils/datum.h"
 #include "utils/fmgroids.h"
 #include "utils/hsearch.h"
-#include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
@@ -590,41 +589,34 @@ static List *
 order_by_foreign_keys(List *targets)
 {
 	int			n = list_length(targets);
-	bool	   *placed = palloc0(sizeof(bool) * Max(n, 1));
+	Bitmapset **refs = palloc0(sizeof(Bitmapset *) * Max(n, 1));	/* per target */
+	Bitmapset  *placed = NULL;
 	List	   *order = NIL;
 
+	for (int k = 0; k < n; k++)
+	{
+		Relation	rel = table_open(list_nth_oid(targets, k), AccessShareLock);
+		ListCell   *lc;
+
+		foreach(lc, RelationGetFKeyList(rel))
+			for (int r = 0; r < n; r++)
+				if (r != k && list_nth_oid(targets, r) == ((ForeignKeyCacheInfo *) lfirst(lc))->confrelid)
+					refs[k] = bms_add_member(refs[k], r);
+		table_close(rel, AccessShareLock);
+	}
 	while (list_length(order) < n)
 	{
 		int			next = -1;
 
 		for (int k = 0; k < n && next < 0; k++)
-		{
-			Relation	rel;
-			ListCell   *lc;
-			bool		ready = true;
-
-			if (placed[k])
-				continue;
-			rel = table_open(list_nth_oid(targets, k), AccessShareLock);
-			foreach(lc, RelationGetFKeyList(rel))
-			{
-				ForeignKeyCacheInfo *fk = lfirst(lc);
-
-				for (int r = 0; r < n; r++)
-					if (!placed[r] && r != k && list_nth_oid(targets, r) == fk->confrelid)
-						ready = false;
-			}
-			table_close(rel, AccessShareLock);
-			if (ready)
+			if (!bms_is_member(k, placed) && bms_is_subset(refs[k], placed))
 				next = k;
-		}
-		if (next < 0)
-			for (next = 0; placed[next]; next++)
-				;				/* a cycle: the first one left */
-		placed[next] = true;
+		for (int k = 0; next < 0; k++)
+			if (!bms_is_member(k, placed))
+				next = k;		/* a cycle: the first one left */
+		placed = bms_add_member(placed, next);
 		order = lappend_int(order, next);
 	}
-	pfree(placed);
 	return order;
 }
 
@@ -998,10 +990,7 @@ lock_unit_inputs(LfMigration *mig, LfMapping *m)
 			return false;
 	if (OidIsValid(m->done_keys) && !lf_lock_input_if_exists(m->done_keys, RowExclusiveLock))
 		return false;
-	AcceptInvalidationMessages();
-	if (!lf_cache_valid)
-		lf_cache_load();
-	return lf_migration_by_id(mig->id) != NULL;
+	return lf_still_running(mig->id);
 }
 
 /* Copy the claimed rows of every input of m (claimed[i]: those of input i). */
