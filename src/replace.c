@@ -159,25 +159,22 @@ check_replaceable(Relation rel, const char *why)
 			   errdetail("%s, and generated columns are not supported in a mapping target.", detail));
 }
 
-/* Grants of the old table and of its columns, as they are, onto the clone. */
+/*
+ * The ACL of relation "from", exactly, onto relation "to": a NULL one too
+ * (the owner's default rights), where CREATE gave "to" the owner's default
+ * privileges (ALTER DEFAULT PRIVILEGES), which an ALTER TABLE never grants.
+ */
 static void
-copy_privileges(LfReplacement *r)
+copy_relacl(Relation classrel, Oid from, Oid to)
 {
-	Relation	classrel = table_open(RelationRelationId, RowExclusiveLock);
-	Relation	attrel = table_open(AttributeRelationId, RowExclusiveLock);
-	HeapTuple	oldtup = SearchSysCache1(RELOID, ObjectIdGetDatum(r->old));
-	HeapTuple	newtup = SearchSysCacheCopy1(RELOID, ObjectIdGetDatum(r->clone));
+	HeapTuple	oldtup = SearchSysCache1(RELOID, ObjectIdGetDatum(from));
+	HeapTuple	newtup = SearchSysCacheCopy1(RELOID, ObjectIdGetDatum(to));
 	Oid			owner = ((Form_pg_class) GETSTRUCT(newtup))->relowner;
 	bool		isnull;
 	bool		newnull;
 	Datum		acl = SysCacheGetAttr(RELOID, oldtup, Anum_pg_class_relacl, &isnull);
 	Datum		newacl = SysCacheGetAttr(RELOID, newtup, Anum_pg_class_relacl, &newnull);
 
-	/*
-	 * Exactly the old table's: a NULL one too (the owner's default rights),
-	 * where CREATE TABLE gave the clone the owner's default privileges
-	 * (ALTER DEFAULT PRIVILEGES), which an ALTER TABLE never grants.
-	 */
 	if (!isnull || !newnull)
 	{
 		Datum		values[Natts_pg_class] = {0};
@@ -194,7 +191,34 @@ copy_privileges(LfReplacement *r)
 		repl[Anum_pg_class_relacl - 1] = true;
 		t = heap_modify_tuple(newtup, RelationGetDescr(classrel), values, nulls, repl);
 		CatalogTupleUpdate(classrel, &t->t_self, t);
-		updateAclDependencies(RelationRelationId, r->clone, 0, owner, nhad, had, n, members);
+		updateAclDependencies(RelationRelationId, to, 0, owner, nhad, had, n, members);
+	}
+	ReleaseSysCache(oldtup);
+}
+
+/*
+ * Grants of the old table, of its columns and of its identity sequences,
+ * as they are, onto the clone.
+ */
+static void
+copy_privileges(LfReplacement *r)
+{
+	Relation	classrel = table_open(RelationRelationId, RowExclusiveLock);
+	Relation	attrel = table_open(AttributeRelationId, RowExclusiveLock);
+	HeapTuple	ct = SearchSysCache1(RELOID, ObjectIdGetDatum(r->clone));
+	Oid			owner = ((Form_pg_class) GETSTRUCT(ct))->relowner;
+	bool		isnull;
+	ListCell   *lc;
+
+	ReleaseSysCache(ct);
+
+	copy_relacl(classrel, r->old, r->clone);
+	foreach(lc, r->identity)
+	{
+		int			col = intVal(linitial((List *) lfirst(lc)));
+
+		copy_relacl(classrel, getIdentitySequence(r->old, r->source[col - 1], false),
+					getIdentitySequence(r->clone, col, false));
 	}
 	for (int i = 0; i < r->nsource; i++)
 	{
@@ -224,7 +248,6 @@ copy_privileges(LfReplacement *r)
 		}
 		ReleaseSysCache(oa);
 	}
-	ReleaseSysCache(oldtup);
 	table_close(attrel, RowExclusiveLock);
 	table_close(classrel, RowExclusiveLock);
 	CommandCounterIncrement();
