@@ -325,6 +325,14 @@ lock_for_drop(Oid relid)
 	}
 }
 
+static bool
+is_retired(Oid relid)
+{
+	Oid			nsp = lf_retired_namespace();
+
+	return OidIsValid(nsp) && get_rel_namespace(relid) == nsp;
+}
+
 void
 lf_drop_retired(List *relids)
 {
@@ -338,9 +346,21 @@ lf_drop_retired(List *relids)
 		int			locked = 0;
 		Oid			busy = InvalidOid;
 
+		/*
+		 * Dropped meanwhile, or the OID now names a table outside
+		 * leapfrog_retired (OIDs wrap around): not ours to lock or drop.
+		 * Asked again under the lock.
+		 */
+		if (!is_retired(relid))
+			continue;
 		if (!lock_for_drop(relid))
 		{
 			drop_later(relid, relid);
+			continue;
+		}
+		if (!is_retired(relid))
+		{
+			UnlockRelationOid(relid, AccessExclusiveLock);
 			continue;
 		}
 
@@ -366,16 +386,6 @@ lf_drop_retired(List *relids)
 			continue;
 		}
 
-		/*
-		 * Dropped meanwhile, or the OID now names a table outside
-		 * leapfrog_retired (OIDs wrap around): not ours to drop.
-		 */
-		if (get_rel_namespace(relid) != lf_retired_namespace() ||
-			!OidIsValid(lf_retired_namespace()))
-		{
-			UnlockRelationOid(relid, AccessExclusiveLock);
-			continue;
-		}
 		lf_retired_join_extension(relid, false);
 		CommandCounterIncrement();
 		ObjectAddressSet(addr, RelationRelationId, relid);
