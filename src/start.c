@@ -2272,9 +2272,28 @@ check_statement_kinds(StartState *st)
 	st->current = 0;
 }
 
+/*
+ * An error at a position in the script (a parse or analysis error of one
+ * of its statements) points into the script, as an internal query, the
+ * way SPI reports one: the position is not one in the calling statement.
+ */
+static void
+script_errposition(void *arg)
+{
+	int			pos = geterrposition();
+
+	if (pos > 0)
+	{
+		errposition(0);
+		internalerrposition(pos);
+		internalerrquery((const char *) arg);
+	}
+}
+
 Datum
 leapfrog_start(PG_FUNCTION_ARGS)
 {
+	ErrorContextCallback errcb;
 	StartState	st = {0};
 	ListCell   *lc;
 	instr_time	t0,
@@ -2305,12 +2324,17 @@ leapfrog_start(PG_FUNCTION_ARGS)
 				 errmsg("migration \"%s\" already exists", st.name),
 				 errhint("Choose another name.")));
 
+	errcb.callback = script_errposition;
+	errcb.arg = (void *) st.script;
+	errcb.previous = error_context_stack;
+	error_context_stack = &errcb;
 	st.stmts = raw_parser(st.script, RAW_PARSE_DEFAULT);
 	st.all_stmts = list_copy(st.stmts);
 	strip_transaction_wrapper(&st);
 	check_statement_kinds(&st);
 
 	run_switch(&st);
+	error_context_stack = errcb.previous;
 	foreach(lc, st.notices)
 		ereport(NOTICE,
 				(errmsg("table \"%s\" is replaced lazily", (char *) linitial(lfirst(lc))),

@@ -366,5 +366,13 @@ SELECT leapfrog.wait('er_wait', 0.2);
 SELECT leapfrog.complete('er_wait');
 SELECT leapfrog.wait('er_wait', 3000000);
 
+-- An error at a position in the script points into the script (QUERY),
+-- at its statement, not into the call.
+SELECT leapfrog.start('er_pos', $$CREATE TABLE dst (id int PRIMARY KEY, v text NOT NULL);
+INSERT INTO dst SELECT id, vv FROM src;
+DROP TABLE src;$$);
+SELECT leapfrog.start('er_pos', $$CREATE TABLE dst (id int PRIMARY KEY, v text NOT NULL);
+INSERT INTO dst SELEC id, v FROM src;$$);
+
 RESET search_path;
 DROP SCHEMA er CASCADE;
