@@ -43,6 +43,7 @@
 #include "access/parallel.h"
 #include "access/xact.h"
 #include "access/xlog.h"
+#include "catalog/namespace.h"
 #include "catalog/pg_operator.h"
 #include "catalog/pg_type.h"
 #include "executor/executor.h"
@@ -55,6 +56,7 @@
 #include "storage/bufmgr.h"
 #include "storage/lmgr.h"
 #include "tcop/dest.h"
+#include "tcop/utility.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/datum.h"
@@ -2322,6 +2324,29 @@ lf_replan_computing(QueryDesc *qd, int eflags)
 	return lf_plan_items(stmt) == NIL ? stmt : NULL;
 }
 
+/*
+ * The executor's own read-only check (ExecCheckXactReadOnly), first: a
+ * statement that writes in a read-only transaction fails as it would
+ * eagerly, naming itself ("SELECT FOR UPDATE"), before a step's own
+ * queries could fail in its place.
+ */
+static void
+check_read_only(PlannedStmt *stmt)
+{
+	ListCell   *lc;
+
+	if (stmt->hasModifyingCTE)
+		PreventCommandIfReadOnly(CreateCommandName((Node *) stmt));
+	foreach(lc, stmt->rtable)
+	{
+		RangeTblEntry *rte = lfirst(lc);
+
+		if (rte->rtekind == RTE_RELATION && (rte->requiredPerms & ~ACL_SELECT) != 0 &&
+			!isTempNamespace(get_rel_namespace(rte->relid)))
+			PreventCommandIfReadOnly(CreateCommandName((Node *) stmt));
+	}
+}
+
 static void
 lf_ExecutorStart(QueryDesc *qd, int eflags)
 {
@@ -2363,7 +2388,11 @@ lf_ExecutorStart(QueryDesc *qd, int eflags)
 		if (eflags & EXEC_FLAG_EXPLAIN_ONLY)
 			;					/* plain EXPLAIN migrates nothing */
 		else if (items != NIL)
+		{
+			if (XactReadOnly)
+				check_read_only(qd->plannedstmt);
 			prepare_statement(qd, items);
+		}
 		else if (!lf_cache_valid || lf_recent_done != NIL)
 			check_completions(qd);
 	}

@@ -191,8 +191,12 @@ BEGIN ISOLATION LEVEL SERIALIZABLE READ ONLY;
 SELECT public.regress_error('SELECT ctid FROM acct_v2 WHERE id = 70');
 COMMIT;
 BEGIN READ ONLY;
-SELECT public.regress_sqlstate('SELECT * FROM acct_v2 WHERE id = 71 FOR UPDATE');
+-- (each fails as it does eagerly, naming itself)
+SELECT public.regress_error('SELECT * FROM acct_v2 WHERE id = 71 FOR UPDATE');
+SELECT public.regress_error('SELECT * FROM acct_v2 WHERE id = 71 FOR KEY SHARE');
+SELECT public.regress_error('UPDATE acct_v2 SET bal = 0 WHERE id = 71');
 COMMIT;
+SELECT public.regress_migrated('cp') AS migrated;
 
 -- COPY new_table TO (pg_dump's read) reads every row and computes those
 -- not migrated; COPY (query) TO is a query like any other (it migrates in
