@@ -43,6 +43,8 @@
 #include "utils/syscache.h"
 #include "utils/xid8.h"
 #include "storage/lmgr.h"
+#include "storage/proc.h"
+#include "storage/sinvaladt.h"
 #include "catalog/indexing.h"
 #include "catalog/pg_class.h"
 #include "catalog/pg_type.h"
@@ -747,6 +749,27 @@ lf_fkeys_referencing(Oid parent)
 			if (((LfForeignKey *) lfirst(lc2))->parent == parent)
 				result = lappend(result, lfirst(lc2));
 	return result;
+}
+
+/*
+ * The processes holding a lock that conflicts with mode on tag, as "pid,
+ * pid", or "" (for messages that name who blocks a lock).
+ */
+char *
+lf_lock_holders(const LOCKTAG *tag, LOCKMODE mode)
+{
+	StringInfoData pids;
+
+	initStringInfo(&pids);
+	for (VirtualTransactionId *h = GetLockConflicts(tag, mode, NULL);
+		 VirtualTransactionIdIsValid(*h); h++)
+	{
+		PGPROC	   *proc = BackendIdGetProc(h->backendId);
+
+		if (proc)
+			appendStringInfo(&pids, "%s%d", pids.len ? ", " : "", proc->pid);
+	}
+	return pids.data;
 }
 
 /*

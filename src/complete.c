@@ -35,7 +35,6 @@
 #include "storage/latch.h"
 #include "storage/lmgr.h"
 #include "storage/proc.h"
-#include "storage/sinvaladt.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
@@ -272,28 +271,19 @@ static void
 drop_later(Oid relid, Oid locked)
 {
 	LOCKTAG		tag;
-	VirtualTransactionId *holders;
-	StringInfoData pids;
+	char	   *pids;
 
 	lf_wake_worker_at_commit();
 	if (!message_level_is_interesting(MyBackendType == B_BG_WORKER ? DEBUG1 : LOG))
 		return;
-	initStringInfo(&pids);
 	SET_LOCKTAG_RELATION(tag, MyDatabaseId, locked);
-	for (holders = GetLockConflicts(&tag, AccessExclusiveLock, NULL);
-		 VirtualTransactionIdIsValid(*holders); holders++)
-	{
-		PGPROC	   *proc = BackendIdGetProc(holders->backendId);
-
-		if (proc)
-			appendStringInfo(&pids, "%s%d", pids.len ? ", " : "", proc->pid);
-	}
+	pids = lf_lock_holders(&tag, AccessExclusiveLock);
 	ereport(MyBackendType == B_BG_WORKER ? DEBUG1 : LOG,
 			(errmsg("leapfrog: could not drop retired table \"%s\" yet: \"%s\" is locked%s%s",
 					name_or_oid(relid), name_or_oid(locked),
-					pids.len ? " by process " : "", pids.data),
+					pids[0] ? " by process " : "", pids),
 			 errdetail("A background worker drops it once the lock is gone.")));
-	pfree(pids.data);
+	pfree(pids);
 }
 
 /*

@@ -44,7 +44,7 @@
 #include "nodes/plannodes.h"
 #include "optimizer/planner.h"
 #include "storage/itemptr.h"
-#include "storage/lockdefs.h"
+#include "storage/lock.h"
 #include "utils/memutils.h"
 #include "access/transam.h"
 #include "utils/resowner.h"
@@ -312,6 +312,8 @@ extern bool lf_is_target(Oid relid);
 extern List *lf_fkeys_referencing(Oid parent);
 extern bool lf_is_input(Oid relid);
 extern bool lf_lock_input_if_exists(Oid relid, LOCKMODE mode);
+extern char *lf_lock_holders(const LOCKTAG *tag, LOCKMODE mode);
+extern void lf_switch_lock(Oid relid, LOCKMODE mode);
 extern bool lf_still_running(int migration_id);
 extern Oid	lf_catalog_relid(void);
 extern Oid	lf_catalog_owner(void);

@@ -436,7 +436,7 @@ lf_live_watch(Oid relid, Oid keys, Oid *trigger)
 	ObjectAddress trig,
 				keysaddr;
 
-	LockRelationOid(relid, ShareRowExclusiveLock);
+	lf_switch_lock(relid, ShareRowExclusiveLock);
 	ObjectAddressSet(keysaddr, RelationRelationId, keys);
 	if (!OidIsValid(*trigger))
 	{

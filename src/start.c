@@ -200,6 +200,50 @@ static LfReplacement *replace_table(StartState *st, RawStmt *rs, int stmt_no, Oi
  * ---------------------------------------------------------------------
  */
 
+/*
+ * The lock an attempt of the switch failed on (lf_switch_lock, or one taken
+ * without waiting that was busy): the final error names the table and the
+ * processes that hold it.
+ */
+static LOCKTAG busy_lock;
+static LOCKMODE busy_mode = NoLock;
+
+static void
+note_busy_relation(Oid relid, LOCKMODE mode)
+{
+	SET_LOCKTAG_RELATION(busy_lock, MyDatabaseId, relid);
+	busy_mode = mode;
+}
+
+/*
+ * A lock the switch may wait for: noted while it waits, as PostgreSQL
+ * forgets the lock awaited before it raises the lock_timeout error.
+ */
+void
+lf_switch_lock(Oid relid, LOCKMODE mode)
+{
+	note_busy_relation(relid, mode);
+	LockRelationOid(relid, mode);
+	busy_mode = NoLock;
+}
+
+/* "table "t", held by process 123" (or less, if gone by now) */
+static char *
+busy_lock_holders(void)
+{
+	char	   *name;
+	char	   *pids;
+
+	if (busy_mode == NoLock || busy_lock.locktag_type != LOCKTAG_RELATION ||
+		busy_lock.locktag_field1 != MyDatabaseId)
+		return NULL;
+	name = get_rel_name(busy_lock.locktag_field2);
+	if (name == NULL)
+		return NULL;
+	pids = lf_lock_holders(&busy_lock, busy_mode);
+	return psprintf("table \"%s\"%s%s", name, pids[0] ? ", held by process " : "", pids);
+}
+
 static void
 lf_with_lock_retries(void (*fn) (void *), void *arg, const char *what)
 {
@@ -212,6 +256,7 @@ lf_with_lock_retries(void (*fn) (void *), void *arg, const char *what)
 		ErrorData  *volatile edata = NULL;
 		long		sleep_ms;
 
+		busy_mode = NoLock;
 		BeginInternalSubTransaction(NULL);
 		MemoryContextSwitchTo(cxt);
 		PG_TRY();
@@ -245,11 +290,16 @@ lf_with_lock_retries(void (*fn) (void *), void *arg, const char *what)
 		if (edata->sqlerrcode != ERRCODE_LOCK_NOT_AVAILABLE)
 			ReThrowError(edata);
 		if (attempt >= lf_lock_retries)
+		{
+			char	   *holders = busy_lock_holders();
+
 			ereport(ERROR,
 					(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
 					 errmsg("could not take the locks of %s after %d attempts", what, attempt),
+					 holders ? errdetail("Last attempt: %s, waiting for %s.", edata->message, holders) :
 					 errdetail("Last attempt: %s", edata->message),
-					 errhint("Another transaction holds a lock on a table involved; retry when it has finished, or raise leapfrog.lock_retries.")));
+					 errhint("Another transaction holds a lock on a table involved (pg_stat_activity shows it); retry when it has finished, or raise leapfrog.lock_retries.")));
+		}
 		FreeErrorData(edata);
 		/* exponential backoff with jitter, capped at one second */
 		sleep_ms = Min(1000L, 5L << Min(attempt, 8));
@@ -1129,7 +1179,8 @@ retire(StartState *st, RawStmt *rs, Oid relid)
 
 	check_droppable(st, rs, makeRangeVar(nspname, relname, -1));
 
-	rel = table_open(relid, AccessExclusiveLock);
+	lf_switch_lock(relid, AccessExclusiveLock);
+	rel = table_open(relid, NoLock);
 	if (rel->rd_rules)
 		refuse(errmsg("table \"%s\" has rules", relname));
 	table_close(rel, NoLock);
@@ -1313,7 +1364,7 @@ lock_dropped_tables(StartState *st)
 			first = lfirst_oid(lc);
 	if (!OidIsValid(first))
 		return;					/* DROP TABLE IF EXISTS of tables that do not */
-	LockRelationOid(first, AccessExclusiveLock);
+	lf_switch_lock(first, AccessExclusiveLock);
 	foreach(lc, relids)
 	{
 		Oid			relid = lfirst_oid(lc);
@@ -1322,6 +1373,7 @@ lock_dropped_tables(StartState *st)
 			ConditionalLockRelationOid(relid, AccessExclusiveLock))
 			continue;
 		st->lock_first = relid;
+		note_busy_relation(relid, AccessExclusiveLock);
 		ereport(ERROR,
 				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
 				 errmsg("could not obtain lock on relation \"%s\"", get_rel_name(relid))));
@@ -1392,6 +1444,8 @@ do_alter(StartState *st, RawStmt *rs)
 
 	if (OidIsValid(relid))
 	{
+		/* the lock the ALTER TABLE takes, taken here so a wait is named */
+		lf_switch_lock(relid, AlterTableGetLockLevel(stmt->cmds));
 		foreach(lc, st->mappings)
 		{
 			PendingMapping *pm = lfirst(lc);
