@@ -362,19 +362,53 @@ def _upstream_text(ups):
     return ", ".join(parts)
 
 
-def watch(conn, name, timeout, interval, out, quiet=False):
+def connection_lost(conn, e):
+    """The server went away under conn (a restart, a crash, the backend
+    terminated), rather than refusing a statement."""
+    return conn.closed or (e.sqlstate or "").startswith("57P")
+
+
+def reconnected(reconnect, e, shown, deadline):
+    """A new connection once the server is back: a migration goes on after
+    a restart (the background resumes it), so a wait does too.  Tried every
+    second until the wait's deadline (none: until it succeeds)."""
+    shown.end("connection lost (%s): reconnecting" % " ".join(str(e).split()))
+    while True:
+        try:
+            conn = reconnect()
+            shown.end("reconnected")
+            return conn
+        except CliError as ce:
+            # not up yet, or still recovering ("the database system is
+            # starting up", 57P03)
+            if ce.code != EXIT_CONNECT and not (ce.sqlstate or "").startswith("57P"):
+                raise
+            if deadline is not None and time.monotonic() >= deadline:
+                raise
+        time.sleep(1.0)
+
+
+def watch(conn, name, timeout, interval, out, quiet=False, reconnect=None):
     """Follow migration name until it is done (EXIT_OK), failed
     (EXIT_FAILED) or timeout seconds have passed (EXIT_TIMEOUT).  A chained
     migration runs after the migrations that fill its inputs: a line says
     which, and when they are done; one of them failing ends the wait
-    (EXIT_FAILED)."""
+    (EXIT_FAILED).  With reconnect (a function returning a new connection),
+    a server restart does not end the wait."""
     shown = fmt.Progress(out, name, quiet)
     if interval is None:
         interval = 0.5 if shown.tty else 5.0
     began = time.monotonic()
+    deadline = None if timeout is None else began + timeout
     after_shown = []
     while True:
-        found = fmt.status_rows(conn, name)
+        try:
+            found = fmt.status_rows(conn, name)
+        except psycopg.OperationalError as e:
+            if reconnect is None or not connection_lost(conn, e):
+                raise
+            conn = reconnected(reconnect, e, shown, deadline)
+            continue
         if not found:
             shown.end(None)
             raise CliError(EXIT_ERROR, 'migration "%s" does not exist' % name,
@@ -420,7 +454,9 @@ def watch(conn, name, timeout, interval, out, quiet=False):
             # returns at once when the migration is done; raises 55000 when it failed
             conn.execute("SELECT leapfrog.wait(%s, %s)", [name, pause])
         except psycopg.Error as e:
-            if e.sqlstate != "55000":
+            if reconnect is not None and connection_lost(conn, e):
+                conn = reconnected(reconnect, e, shown, deadline)
+            elif e.sqlstate != "55000":
                 shown.end(None)
                 raise sql_error(e, "leapfrog.wait")
 
@@ -482,13 +518,15 @@ def cmd_start(args):
                   % (args.name, args.name), flush=True)
     if args.wait:
         return watch(conn, args.name, args.timeout, args.interval,
-                     sys.stderr if args.json else sys.stdout, args.quiet)
+                     sys.stderr if args.json else sys.stdout, args.quiet,
+                     reconnect=lambda: connect(args))
     return EXIT_OK
 
 
 def cmd_wait(args):
     conn = connect(args)
-    return watch(conn, args.name, args.timeout, args.interval, sys.stdout, args.quiet)
+    return watch(conn, args.name, args.timeout, args.interval, sys.stdout, args.quiet,
+                 reconnect=lambda: connect(args))
 
 
 def _status_line(d, extras=True):
@@ -802,7 +840,8 @@ def cmd_resume(args):
         print('"%s" was %s, not failed: nothing to resume' % (args.name, d["state"]))
     sys.stdout.flush()
     if args.wait:
-        return watch(conn, args.name, args.timeout, args.interval, sys.stdout, args.quiet)
+        return watch(conn, args.name, args.timeout, args.interval, sys.stdout, args.quiet,
+                     reconnect=lambda: connect(args))
     return EXIT_OK
 
 

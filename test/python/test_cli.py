@@ -18,7 +18,8 @@ database of its own.
     status    human and --json, one or all; failed migration: 6.
     wait      --timeout expiring (5) with plain progress lines when not on a
               terminal, a bar on a terminal (pty); finishing when complete()
-              runs meanwhile (0); a failed migration (6).
+              runs meanwhile (0); a failed migration (6); a server restart
+              during the wait (reconnects, then 0).
     complete  moves what is left; again: already done.
     failed    a migration failed on rows a new CHECK and NOT NULL reject: the
               rows listed (text, --json; 6), fixed (--set, --changes), one
@@ -443,6 +444,35 @@ def test_start_then_and_refusals(quiet, tmp_path):
     res = cli_ok("-d", dsn, "start", "s1", "-", input=SPLIT)
     assert res.stdout.startswith('started "s1"')
     assert migration(c, "start_more", "s1") == ("running", 1000, 0, None)
+
+
+def test_wait_survives_a_restart(quiet, tmp_path):
+    """The server restarts while wait polls: the migration goes on after it,
+    and so does the wait, on a new connection."""
+    c = quiet
+    dsn = new_db(c, "restart")
+    cli_ok("-d", dsn, "start", "r1", write(tmp_path, "split.sql", SPLIT))
+    waiter = subprocess.Popen(
+        [sys.executable, "-m", "leapfrog_cli", "-d", dsn, "wait", "r1", "--timeout", "120",
+         "--interval", "0.2"], env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL, text=True)
+    try:
+        first = waiter.stdout.readline()
+        assert " r1 running: " in first, first
+        c.restart()
+        lost = waiter.stdout.readline()
+        assert lost.startswith("connection lost ("), lost
+        assert waiter.poll() is None                  # still waiting
+        assert cli_ok("-d", dsn, "complete", "r1").stdout.startswith('completed "r1" in ')
+        out, err = waiter.communicate(timeout=60)
+    finally:
+        if waiter.poll() is None:
+            waiter.kill()
+            waiter.wait()
+    assert waiter.returncode == 0, (out, err)
+    lines = out.splitlines()
+    assert "reconnected" in lines, out
+    assert lines[-1].startswith('"r1" done: 1,000 input rows in '), out
 
 
 def test_start_wait_background(live, tmp_path):
