@@ -25,6 +25,15 @@
  * transaction (the executor's errors), the caller runs the plan.  The
  * permission checks are the executor's (ExecCheckRTPerms, on every call).
  *
+ * A background worker's batch inserts into the heap many rows at a time
+ * (table_multi_insert, as COPY FROM), then their index entries: one WAL
+ * record and one buffer lock per page rather than per row.  The rows'
+ * constraints are then all checked before any is inserted, so of several
+ * bad rows another may raise first than the eager INSERT's first; that
+ * matters nowhere a worker's batch fails, since its rows are then tried
+ * again one by one (worker.c, fail_on_bad_row).  A statement's step and
+ * complete() insert row by row, in the eager order.
+ *
  * Locking: none of its own.  The caller holds what the plan's execution
  * would: the plan's relations (migrate.c, lock_plan_relations) and the
  * claimed rows (deleted by its transaction).
@@ -34,6 +43,7 @@
 
 #include "access/tableam.h"
 #include "executor/executor.h"
+#include "executor/nodeModifyTable.h"
 #include "nodes/nodeFuncs.h"
 #include "storage/bufmgr.h"
 #include "utils/array.h"
@@ -145,6 +155,66 @@ param_tids(ParamListInfo params, int paramid, ItemPointerData **out)
 	return lf_tids_sort_unique(tids, n);
 }
 
+/* Rows a worker's batch buffers before it inserts them (COPY's limits) */
+#define LF_BULK_ROWS 1000
+#define LF_BULK_BYTES 65535
+#define LF_BULK_MIN_ROWS 16		/* fewer: row by row */
+
+typedef struct BulkInsert
+{
+	ResultRelInfo *rri;
+	EState	   *estate;
+	TupleTableSlot **slots;		/* LF_BULK_ROWS, of the target's AM */
+	int			n;
+	Size		bytes;
+} BulkInsert;
+
+static void
+bulk_flush(BulkInsert *bi)
+{
+	Relation	rel = bi->rri->ri_RelationDesc;
+
+	if (bi->n == 0)
+		return;
+	table_multi_insert(rel, bi->slots, bi->n, bi->estate->es_output_cid, 0, NULL);
+	for (int i = 0; i < bi->n; i++)
+	{
+		if (bi->rri->ri_NumIndices > 0)
+			list_free(ExecInsertIndexTuples(bi->rri, bi->slots[i], bi->estate,
+											false, false, NULL, NIL));
+		ExecClearTuple(bi->slots[i]);
+		ResetPerTupleExprContext(bi->estate);
+	}
+	bi->n = 0;
+	bi->bytes = 0;
+}
+
+/*
+ * What ExecSimpleRelationInsert does before it stores a row (no triggers
+ * here: lf_copy_rows takes none), then the row buffered.
+ */
+static void
+bulk_add(BulkInsert *bi, TupleTableSlot *row)
+{
+	Relation	rel = bi->rri->ri_RelationDesc;
+	TupleTableSlot *slot;
+
+	if (bi->slots[bi->n] == NULL)
+		bi->slots[bi->n] = table_slot_create(rel, NULL);
+	slot = ExecCopySlot(bi->slots[bi->n], row);
+	if (rel->rd_att->constr && rel->rd_att->constr->has_generated_stored)
+		ExecComputeStoredGenerated(bi->rri, bi->estate, slot, CMD_INSERT);
+	if (rel->rd_att->constr)
+		ExecConstraints(bi->rri, slot, bi->estate);
+	if (rel->rd_rel->relispartition)
+		ExecPartitionCheck(bi->rri, slot, bi->estate, true);
+	bi->n++;
+	if (TTS_IS_HEAPTUPLE(slot) || TTS_IS_BUFFERTUPLE(slot))
+		bi->bytes += ((HeapTupleTableSlot *) slot)->tuple->t_len;
+	if (bi->n == LF_BULK_ROWS || bi->bytes >= LF_BULK_BYTES)
+		bulk_flush(bi);
+}
+
 /*
  * Copy the rows of ps's ctid parameter $paramid (lf_copy_param) that snap
  * sees into its target, as running ps would; *copied is the count.  False,
@@ -171,6 +241,7 @@ lf_copy_rows(PlannedStmt *ps, int paramid, Snapshot snap, ParamListInfo params,
 	BlockNumber nblocks;
 	uint64		n = 0;
 	MemoryContext old;
+	BulkInsert	bulk = {0};
 
 	if (paramid == 0 || XactReadOnly || IsInParallelMode() ||
 		(ntids = param_tids(params, paramid, &tids)) < 0)
@@ -213,6 +284,12 @@ lf_copy_rows(PlannedStmt *ps, int paramid, Snapshot snap, ParamListInfo params,
 	qual = ExecInitQual(scan->plan.qual, NULL);
 	proj = ExecBuildProjectionInfo(tlist, econtext, outslot, NULL, RelationGetDescr(input));
 	nblocks = RelationGetNumberOfBlocks(input);
+	if (IsBackgroundWorker && ntids >= LF_BULK_MIN_ROWS)
+	{
+		bulk.rri = rri;
+		bulk.estate = estate;
+		bulk.slots = palloc0(sizeof(TupleTableSlot *) * LF_BULK_ROWS);
+	}
 
 	PushActiveSnapshot(snap);
 	for (int i = 0; i < ntids; i++)
@@ -224,10 +301,19 @@ lf_copy_rows(PlannedStmt *ps, int paramid, Snapshot snap, ParamListInfo params,
 		econtext->ecxt_scantuple = inslot;
 		if (ExecQual(qual, econtext))
 		{
-			ExecSimpleRelationInsert(rri, estate, ExecProject(proj));
+			if (bulk.slots)
+				bulk_add(&bulk, ExecProject(proj));
+			else
+				ExecSimpleRelationInsert(rri, estate, ExecProject(proj));
 			n++;
 		}
 		ResetExprContext(econtext);
+	}
+	if (bulk.slots)
+	{
+		bulk_flush(&bulk);
+		for (int i = 0; i < LF_BULK_ROWS && bulk.slots[i]; i++)
+			ExecDropSingleTupleTableSlot(bulk.slots[i]);
 	}
 	PopActiveSnapshot();
 

@@ -147,6 +147,45 @@ def test_fail_correct_quarantine_resume(cluster):
         conn.execute("DELETE FROM leapfrog_quarantine.acct_m1")
 
 
+def test_batch_indexes_and_a_duplicate(cluster):
+    """A worker's batch inserts many rows at a time, then their index
+    entries: a unique, a partial and an expression index hold every row
+    (amcheck's heapallindexed), and a duplicate key inside a batch is the
+    one row that fails, with 23505, as eagerly."""
+    c, db = cluster, "frbulk"
+    c.create_database(db)
+    with c.connect(db) as conn:
+        conn.execute("CREATE EXTENSION amcheck")
+        conn.execute("CREATE TABLE acct (id int PRIMARY KEY, balance int NOT NULL, email text)")
+        conn.execute("INSERT INTO acct SELECT g, g, 'u' || g FROM generate_series(1, %s) g",
+                     [ROWS])
+        conn.execute("UPDATE acct SET email = 'u10' WHERE id = 20")   # the batch's duplicate
+        conn.execute("SELECT leapfrog.start('bulk', $$"
+                     "  CREATE TABLE acct2 (id int PRIMARY KEY, balance int NOT NULL,"
+                     "                      email text UNIQUE);"
+                     "  CREATE INDEX acct2_lower ON acct2 (lower(email));"
+                     "  CREATE INDEX acct2_rich ON acct2 (balance) WHERE balance > 2000;"
+                     "  INSERT INTO acct2 SELECT id, balance, email FROM acct;"
+                     "  DROP TABLE acct;$$)")
+        wait_until(lambda: _state(conn, "bulk")[0] == "failed", 60,
+                   what="the migration to fail on its duplicate")
+        bad = _failed(conn)
+        assert list(bad) == [20] and bad[20][2] == "23505", bad
+        conn.execute("SELECT leapfrog.correct_row('bulk', 'public.acct', %s, "
+                     "'{\"email\": \"u20\"}')", [bad[20][1]])
+        conn.execute("SELECT leapfrog.resume('bulk')")
+        assert conn.execute("SELECT leapfrog.wait('bulk', 60)").fetchone()[0]
+        assert conn.execute("SELECT count(*), count(DISTINCT email), sum(balance) FROM acct2"
+                            ).fetchone() == (ROWS, ROWS, ROWS * (ROWS + 1) // 2)
+        for idx in ("acct2_pkey", "acct2_email_key", "acct2_lower", "acct2_rich"):
+            conn.execute("SELECT bt_index_check(%s::regclass, true)", [idx])
+        conn.execute("SET enable_seqscan = off")
+        assert conn.execute("SELECT count(*) FROM acct2 WHERE balance > 2000").fetchone()[0] \
+            == ROWS - 2000
+        assert conn.execute("SELECT id FROM acct2 WHERE lower(email) = 'u2999'").fetchone() \
+            == (2999,)
+
+
 def test_on_error_quarantine(cluster):
     c, db = cluster, "frquar"
     _setup(c, db)
