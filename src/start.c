@@ -736,7 +736,17 @@ build_mapping(StartState *st, Query *ins, LfMapping *m)
 	desc = RelationGetDescr(target);
 	if (target->rd_rel->relkind != RELKIND_RELATION)
 		refuse(errmsg("mapping target \"%s\" is not a plain table", RelationGetRelationName(target)),
-			   errdetail("Partitioned targets are not supported yet."));
+			   errdetail("Partitioned targets are not supported yet."),
+			   errhint("Fill a plain table, and make it a partition with ATTACH PARTITION once the migration is complete."));
+	/*
+	 * A row routed into a partition through its parent (an INSERT, an
+	 * UPDATE that moves it) is known only as it is stored: no statement on
+	 * the parent could migrate the old rows with its keys first.
+	 */
+	if (target->rd_rel->relispartition)
+		refuse(errmsg("mapping target \"%s\" is a partition", RelationGetRelationName(target)),
+			   errdetail("Rows its parent routes into it could not be checked against the rows not migrated yet."),
+			   errhint("Fill a plain table, and make it a partition with ATTACH PARTITION once the migration is complete."));
 	for (attno = 1; attno <= desc->natts; attno++)
 	{
 		Form_pg_attribute att = TupleDescAttr(desc, attno - 1);

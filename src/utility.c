@@ -163,6 +163,14 @@ check_utility(Node *stmt)
 	{
 		case T_AlterTableStmt:
 			check_table(((AlterTableStmt *) stmt)->relation, "alter", false);
+			/* a new table made a partition: its parent would route rows in */
+			foreach(lc, ((AlterTableStmt *) stmt)->cmds)
+			{
+				AlterTableCmd *cmd = lfirst(lc);
+
+				if (cmd->subtype == AT_AttachPartition || cmd->subtype == AT_DetachPartition)
+					check_table(((PartitionCmd *) cmd->def)->name, "attach or detach", false);
+			}
 			break;
 		case T_RenameStmt:
 			check_table(((RenameStmt *) stmt)->relation, "rename", false);
