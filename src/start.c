@@ -1623,6 +1623,9 @@ add_replacement_mapping(StartState *st, LfReplacement *r)
 			refuse(errmsg("the value of column \"%s\" of table \"%s\" is not immutable",
 						  NameStr(att->attname), r->relname),
 				   errdetail("Leapfrog replaces the table lazily, and rows are migrated later than start(): only immutable expressions and defaults give the eager result."),
+				   attno <= r->nsource ?
+				   errhint("Give ALTER COLUMN ... TYPE an immutable USING expression (for a time zone: USING %s AT TIME ZONE 'UTC', say).",
+						   quote_identifier(NameStr(att->attname))) :
 				   errhint("Add the column with a constant or STABLE default, or without one and fill it after start()."));
 		tlist = lappend(tlist, makeTargetEntry((Expr *) expr, attno,
 											   pstrdup(NameStr(att->attname)), false));

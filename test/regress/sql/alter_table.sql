@@ -589,3 +589,15 @@ SELECT data_type, max_value FROM pg_sequences
 INSERT INTO ident (v) VALUES (5) RETURNING id;
 SELECT leapfrog.complete('ident2');
 ROLLBACK;
+
+-- A retype whose cast is not immutable (it reads TimeZone) is refused, with
+-- a hint for ALTER COLUMN ... TYPE; with USING ... AT TIME ZONE it runs.
+BEGIN;
+CREATE TABLE stamped (id int PRIMARY KEY, at timestamptz);
+INSERT INTO stamped VALUES (1, '2026-01-01 12:00+00');
+SAVEPOINT s;
+SELECT leapfrog.start('stamped', 'ALTER TABLE stamped ALTER COLUMN at TYPE timestamp');
+ROLLBACK TO SAVEPOINT s;
+SELECT leapfrog.start('stamped', $$ALTER TABLE stamped ALTER COLUMN at TYPE timestamp USING at AT TIME ZONE 'UTC'$$);
+SELECT * FROM stamped;
+ROLLBACK;
