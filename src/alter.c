@@ -458,7 +458,8 @@ lf_alter_is_instant(AlterTableStmt *stmt, Oid relid, const char *text, char **wh
 					 errmsg("%s on table \"%s\" is not supported in a leapfrog script",
 							subcommand_name(cmd), RelationGetRelationName(rel)),
 					 errdetail("It is neither a catalog change nor a change Leapfrog can make by replacing the table lazily. Statement: %s",
-							   text)));
+							   text),
+					 errhint("Run it before start(), or after the migration is complete.")));
 		if (pass && instant)
 		{
 			instant = false;

@@ -133,7 +133,8 @@ check_replaceable(Relation rel, const char *why)
 	if (rel->rd_rel->relkind != RELKIND_RELATION || rel->rd_rel->relispartition ||
 		has_subclass(relid) || has_superclass(relid))
 		refuse(errmsg("table \"%s\" takes part in inheritance or partitioning", name),
-			   errdetail("%s, which is not supported for it.", detail));
+			   errdetail("%s, which is not supported for it.", detail),
+			   errhint("Run the statement eagerly, outside leapfrog."));
 	if (rel->rd_rel->relpersistence == RELPERSISTENCE_TEMP)
 		refuse(errmsg("table \"%s\" is a temporary table", name),
 			   errdetail("%s, which is not supported for it.", detail));

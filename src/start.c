@@ -449,11 +449,14 @@ check_mapping_input(StartState *st, RangeTblEntry *in)
 		refuse(errmsg("a mapping must read tables"),
 			   errdetail("Sub-queries, functions and VALUES are not supported in the FROM clause of a mapping."));
 	if (in->relkind != RELKIND_RELATION)
-		refuse(errmsg("mapping input \"%s\" is not a plain table", get_rel_name(in->relid)));
+		refuse(errmsg("mapping input \"%s\" is not a plain table", get_rel_name(in->relid)),
+			   errdetail("A mapping reads plain tables: not views, partitioned or foreign tables."),
+			   errhint("Run the script eagerly, outside leapfrog."));
 	if (has_subclass(in->relid) || has_superclass(in->relid) ||
 		get_rel_relispartition(in->relid))
 		refuse(errmsg("mapping input \"%s\" takes part in inheritance or partitioning",
-					  get_rel_name(in->relid)));
+					  get_rel_name(in->relid)),
+			   errhint("Run the script eagerly, outside leapfrog."));
 	if (list_member_oid(st->created, in->relid))
 		refuse(errmsg("mapping input \"%s\" is created by the same script", get_rel_name(in->relid)));
 	/* a table an earlier migration still fills may be read: chained */
