@@ -97,6 +97,7 @@ leapfrog_complete(PG_FUNCTION_ARGS)
 	 */
 	if (IsolationUsesXactSnapshot() && !lf_xact_visible(&mig->started, GetTransactionSnapshot()))
 		lf_snapshot_predates(name, "the transaction's snapshot predates its start.");
+	lf_forbid_prepare("leapfrog.complete()");
 	lf_complete_now(mig);
 	PG_RETURN_VOID();
 }

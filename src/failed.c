@@ -783,6 +783,9 @@ leapfrog_resume(PG_FUNCTION_ARGS)
 		ereport(NOTICE,
 				(errmsg("migration \"%s\" is running already", name)));
 	else
+	{
+		lf_forbid_prepare("leapfrog.resume()");
 		lf_wake_worker_at_commit();
+	}
 	PG_RETURN_VOID();
 }

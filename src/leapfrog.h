@@ -560,6 +560,7 @@ extern void lf_shmem_request(void);
 extern void lf_shmem_startup(void);
 extern void lf_register_launcher(void);
 extern void lf_wake_worker_at_commit(void);
+extern void lf_forbid_prepare(const char *what);
 
 /* utility.c */
 extern bool lf_chaining;

@@ -2071,6 +2071,33 @@ run_script(StartState *st)
  * Every mapping's input has been retired, by the script's DROP TABLE or by
  * keep_live_inputs; and no target was dropped by the script.
  */
+/*
+ * A trigger or rule on a new table, which the script cannot create but an
+ * event trigger can, as the script's CREATE TABLE ends (an audit
+ * framework's, say): eagerly it acts once per row at start(); lazily it
+ * would act as rows migrate, or on none that a read computes, and a BEFORE
+ * trigger that skips a row would leave it unmigratable.  Refused.
+ */
+static void
+check_target_triggers(Oid target)
+{
+	Relation	rel = table_open(target, AccessShareLock);
+	TriggerDesc *td = rel->trigdesc;
+	bool		rules = rel->rd_rules != NULL;
+	char	   *name = pstrdup(RelationGetRelationName(rel));
+
+	table_close(rel, AccessShareLock);
+	for (int i = 0; td && i < td->numtriggers; i++)
+		if (!td->triggers[i].tgisinternal)
+			refuse(errmsg("new table \"%s\" has trigger \"%s\"", name, td->triggers[i].tgname),
+				   errdetail("A trigger on a table a mapping fills would act on its rows as they migrate, not once at start() as eagerly."),
+				   errhint("An event trigger may have created it: disable that event trigger (ALTER EVENT TRIGGER ... DISABLE) for start(), and create the trigger once the migration is complete."));
+	if (rules)
+		refuse(errmsg("new table \"%s\" has rules", name),
+			   errdetail("A rule on a table a mapping fills would rewrite the statements that migrate its rows."),
+			   errhint("An event trigger may have created it: disable that event trigger (ALTER EVENT TRIGGER ... DISABLE) for start(), and create the rule once the migration is complete."));
+}
+
 static void
 check_inputs_retired(StartState *st)
 {
@@ -2087,6 +2114,7 @@ check_inputs_retired(StartState *st)
 					 get_rel_name(pm->inputs[i]));
 		if (!OidIsValid(get_rel_namespace(pm->target)))
 			refuse(errmsg("mapping target dropped by the same script"));
+		check_target_triggers(pm->target);
 	}
 }
 
@@ -2394,6 +2422,7 @@ leapfrog_start(PG_FUNCTION_ARGS)
 				 errmsg("migration \"%s\" already exists", st.name),
 				 errhint("Choose another name.")));
 
+	lf_forbid_prepare("leapfrog.start()");
 	errcb.callback = script_errposition;
 	errcb.arg = (void *) st.script;
 	errcb.previous = error_context_stack;

@@ -202,24 +202,56 @@ want_worker(Oid dboid)
 		SetLatch(lf_shared->launcher_latch);
 }
 
+/*
+ * The function that ran in this transaction and needs its commit to wake
+ * the workers (start(), resume()) or may (complete(): tables left to drop):
+ * a COMMIT PREPARED, in whatever session, runs no callback of ours, so the
+ * migration would wait for a worker nobody asked for.  PREPARE TRANSACTION
+ * is refused, as PostgreSQL refuses it after LISTEN or on temporary tables.
+ */
+static const char *no_prepare = NULL;
+
 static void
 lf_xact_callback(XactEvent event, void *arg)
 {
+	if (event == XACT_EVENT_PRE_PREPARE && no_prepare)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("cannot PREPARE a transaction that has run %s", no_prepare),
+				 errdetail("Its commit may need to start the leapfrog background workers, which COMMIT PREPARED cannot do."),
+				 errhint("Commit it with COMMIT.")));
 	if (event == XACT_EVENT_COMMIT && OidIsValid(wake_db_at_commit))
 		want_worker(wake_db_at_commit);
-	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT)
+	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT || event == XACT_EVENT_PREPARE)
+	{
 		wake_db_at_commit = InvalidOid;
+		no_prepare = NULL;
+	}
 }
 
-void
-lf_wake_worker_at_commit(void)
+static void
+register_xact_callback(void)
 {
 	if (!xact_callback_registered)
 	{
 		RegisterXactCallback(lf_xact_callback, NULL);
 		xact_callback_registered = true;
 	}
+}
+
+void
+lf_wake_worker_at_commit(void)
+{
+	register_xact_callback();
 	wake_db_at_commit = MyDatabaseId;
+}
+
+/* what: the function, for the error of PREPARE TRANSACTION ("leapfrog.start()") */
+void
+lf_forbid_prepare(const char *what)
+{
+	register_xact_callback();
+	no_prepare = what;
 }
 
 /* ---------------------------------------------------------------------

@@ -390,5 +390,52 @@ SELECT leapfrog.complete('er_attach');
 ALTER TABLE parted ATTACH PARTITION dst FOR VALUES IN (2);
 SELECT region, count(*) FROM parted GROUP BY region;
 
+-- A trigger on a new table, which an event trigger adds as the script's
+-- CREATE TABLE ends (an audit framework's): eagerly it fires once per row
+-- at start(), lazily it would fire as rows migrate.  Refused.
+CREATE FUNCTION er.audit_row() RETURNS trigger LANGUAGE plpgsql AS
+  $$BEGIN RETURN NEW; END$$;
+CREATE FUNCTION er.add_audit() RETURNS event_trigger LANGUAGE plpgsql AS $$
+DECLARE r record;
+BEGIN
+  FOR r IN SELECT objid FROM pg_event_trigger_ddl_commands()
+            WHERE command_tag = 'CREATE TABLE' AND object_type = 'table' LOOP
+    EXECUTE format('CREATE TRIGGER audit AFTER INSERT ON %s FOR EACH ROW EXECUTE FUNCTION er.audit_row()',
+                   r.objid::regclass);
+  END LOOP;
+END $$;
+CREATE EVENT TRIGGER er_audit ON ddl_command_end WHEN TAG IN ('CREATE TABLE')
+  EXECUTE FUNCTION er.add_audit();
+SELECT leapfrog.start('er_trig', $$CREATE TABLE audited (id int PRIMARY KEY, v text);
+INSERT INTO audited SELECT id, v FROM src;$$);
+SELECT to_regclass('audited') AS audited;
+ALTER EVENT TRIGGER er_audit DISABLE;
+SELECT leapfrog.start('er_trig', $$CREATE TABLE audited (id int PRIMARY KEY, v text);
+INSERT INTO audited SELECT id, v FROM src;$$);
+DROP EVENT TRIGGER er_audit;
+SELECT leapfrog.complete('er_trig');
+
+-- A transaction that ran start(), resume() or complete() cannot be
+-- prepared: its commit wakes the workers, which COMMIT PREPARED would not.
+BEGIN;
+SELECT leapfrog.start('er_2pc', $$CREATE TABLE prepared2 (id int PRIMARY KEY, v text);
+INSERT INTO prepared2 SELECT id, v FROM src;$$);
+PREPARE TRANSACTION 'er_2pc';
+SELECT count(*) AS prepared FROM pg_prepared_xacts WHERE gid = 'er_2pc';
+SELECT to_regclass('prepared2') AS prepared2;
+SELECT leapfrog.start('er_2pc', $$CREATE TABLE prepared2 (id int PRIMARY KEY, v text);
+INSERT INTO prepared2 SELECT id, v FROM src;$$);
+BEGIN;
+SELECT leapfrog.complete('er_2pc');
+PREPARE TRANSACTION 'er_2pc';
+SELECT state FROM leapfrog.migrations WHERE name = 'er_2pc';
+-- any other transaction may be prepared, and one that ran start() and
+-- committed leaves the next one free
+BEGIN;
+SELECT count(*) FROM prepared2;
+PREPARE TRANSACTION 'er_2pc_read';
+COMMIT PREPARED 'er_2pc_read';
+SELECT leapfrog.complete('er_2pc');
+
 RESET search_path;
 DROP SCHEMA er CASCADE;
