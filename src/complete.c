@@ -22,11 +22,14 @@
 #include "access/table.h"
 #include "access/tableam.h"
 #include "access/xact.h"
+#include "access/genam.h"
+#include "access/relation.h"
 #include "catalog/dependency.h"
 #include "catalog/pg_class.h"
 #include "catalog/pg_extension.h"
 #include "commands/extension.h"
 #include "commands/sequence.h"
+#include "commands/trigger.h"
 #include "executor/spi.h"
 #include "executor/tuptable.h"
 #include "miscadmin.h"
@@ -38,6 +41,7 @@
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
+#include "utils/rel.h"
 #include "utils/snapmgr.h"
 
 /* complete() migrates what is left in steps of this many rows */
@@ -261,7 +265,8 @@ name_or_oid(Oid relid)
 }
 
 /*
- * A table lf_drop_retired cannot lock now (locked: the relation that is):
+ * A table lf_drop_retired cannot lock now (locked: the relation that is;
+ * InvalidOid: one this transaction is using, as an open cursor does):
  * a worker retries at commit, even with leapfrog.background off.  Said at
  * LOG by a session (complete()), with the processes holding locks on it,
  * since the retired table then outlives the call; at DEBUG1 by the worker
@@ -276,6 +281,14 @@ drop_later(Oid relid, Oid locked)
 	lf_wake_worker_at_commit();
 	if (!message_level_is_interesting(MyBackendType == B_BG_WORKER ? DEBUG1 : LOG))
 		return;
+	if (!OidIsValid(locked))
+	{
+		ereport(MyBackendType == B_BG_WORKER ? DEBUG1 : LOG,
+				(errmsg("leapfrog: could not drop retired table \"%s\" yet: this transaction is using it",
+						name_or_oid(relid)),
+				 errdetail("A background worker drops it once the transaction has ended.")));
+		return;
+	}
 	SET_LOCKTAG_RELATION(tag, MyDatabaseId, locked);
 	pids = lf_lock_holders(&tag, AccessExclusiveLock);
 	ereport(MyBackendType == B_BG_WORKER ? DEBUG1 : LOG,
@@ -315,6 +328,32 @@ lock_for_drop(Oid relid)
 	}
 }
 
+/*
+ * Is relid, or one of its indexes, open in this backend (a cursor of the
+ * transaction that completes, a query calling complete()), or has it
+ * pending trigger events?  DROP would fail (CheckTableNotInUse, 55006) and
+ * take the transaction with it; the table is left to a worker instead.
+ * The caller holds its AccessExclusiveLock, and no reference of its own.
+ */
+static bool
+in_use_here(Oid relid)
+{
+	Relation	rel = relation_open(relid, NoLock);
+	bool		busy = rel->rd_refcnt > 1 || AfterTriggerPendingOnRel(relid);
+	List	   *indexes = busy ? NIL : RelationGetIndexList(rel);
+	ListCell   *lc;
+
+	foreach(lc, indexes)
+	{
+		Relation	idx = index_open(lfirst_oid(lc), NoLock);
+
+		busy |= idx->rd_refcnt > 1;
+		index_close(idx, NoLock);
+	}
+	relation_close(rel, NoLock);
+	return busy;
+}
+
 static bool
 is_retired(Oid relid)
 {
@@ -351,6 +390,12 @@ lf_drop_retired(List *relids)
 		if (!is_retired(relid))
 		{
 			UnlockRelationOid(relid, AccessExclusiveLock);
+			continue;
+		}
+		if (in_use_here(relid))
+		{
+			UnlockRelationOid(relid, AccessExclusiveLock);
+			drop_later(relid, InvalidOid);
 			continue;
 		}
 

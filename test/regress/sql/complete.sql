@@ -52,3 +52,36 @@ SELECT * FROM public.regress_compare('cm_lazy.line', 'cm_eager.line');
 DROP PROCEDURE public.cm_app(text);
 DROP SCHEMA cm_eager CASCADE;
 DROP SCHEMA cm_lazy CASCADE;
+
+-- complete() in a transaction with a cursor open on a new table (which
+-- reads the retired one): the retired table, in use, is left to a worker
+-- (not 55006, which took the transaction and the cursor with it), and the
+-- cursor reads on.
+CREATE TABLE public.cm_cur (id int PRIMARY KEY, v text);
+INSERT INTO public.cm_cur SELECT g, 'v' || g FROM generate_series(1, 20) g;
+SELECT 'public.cm_cur'::regclass::oid AS cur_oid \gset
+SELECT leapfrog.start('cm_cur', $$
+  CREATE TABLE public.cm_cur2 (id int PRIMARY KEY, v text);
+  INSERT INTO public.cm_cur2 SELECT id, v FROM public.cm_cur;
+  DROP TABLE public.cm_cur;
+$$);
+BEGIN;
+SET LOCAL leapfrog.read_mode = compute;
+DECLARE c CURSOR FOR SELECT * FROM public.cm_cur2 WHERE id > 15 ORDER BY id;
+FETCH 2 FROM c;
+SELECT leapfrog.complete('cm_cur');
+FETCH ALL FROM c;
+SELECT count(*) AS retired_still_there FROM pg_class WHERE oid = :cur_oid;
+COMMIT;
+SELECT state FROM leapfrog.migrations WHERE name = 'cm_cur';
+-- a worker drops it after the commit (up to 30 s)
+CREATE FUNCTION pg_temp.gone(o oid) RETURNS bool LANGUAGE plpgsql AS $$
+BEGIN
+  FOR i IN 1..300 LOOP
+    IF NOT EXISTS (SELECT FROM pg_class WHERE oid = o) THEN RETURN true; END IF;
+    PERFORM pg_sleep(0.1);
+  END LOOP;
+  RETURN false;
+END $$;
+SELECT pg_temp.gone(:cur_oid) AS retired_dropped;
+DROP TABLE public.cm_cur2;
