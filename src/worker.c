@@ -836,6 +836,9 @@ typedef struct Batch
 /* migrations whose input row count this worker has recorded (TopMemoryContext) */
 static List *counted = NIL;
 
+/* migrations this worker claimed rows of in the current pass (TopMemoryContext) */
+static List *claimed_in_pass = NIL;
+
 /* The work of a batch, in its transaction. */
 static void
 batch_work(Batch *b, LfMigration *mig)
@@ -864,19 +867,32 @@ batch_work(Batch *b, LfMigration *mig)
 			all_passes_done = false;
 	}
 	if (b->claim.n > 0)
+	{
+		MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
+
+		claimed_in_pass = list_append_unique_int(claimed_in_pass, mig->id);
+		MemoryContextSwitchTo(old);
 		b->more = true;
+	}
 	else if (all_passes_done && pass_over(mig))
 	{
 		/*
 		 * The pass is over: done, or it skipped rows that sessions held (or
-		 * the empty ranges hid nothing).  lf_try_complete counts.
+		 * the empty ranges hid nothing).  lf_try_complete counts.  A pass
+		 * that claimed nothing found only rows held (by a long or prepared
+		 * transaction, say): the next one waits for the worker's nap, or
+		 * the workers would scan the inputs over and over meanwhile.
 		 */
 		b->owner = mig->owner;
 		if (!lf_try_complete(mig, &b->analyze))
 		{
 			new_pass(mig);
-			b->more = true;
+			if (list_member_int(claimed_in_pass, mig->id))
+				b->more = true;
+			else
+				b->waiting = true;
 		}
+		claimed_in_pass = list_delete_int(claimed_in_pass, mig->id);
 	}
 	else if (!all_passes_done)
 		b->more = true;

@@ -19,6 +19,12 @@ With leapfrog.background = off at its fork it never migrated anything
 the configuration when the launcher has reloaded it; the test simulates the
 lost signal by sending SIGHUP to the launcher alone.
 
+While a transaction holds the last rows (it migrated them, and has not
+committed), a pass of the workers finds nothing to claim and cannot
+complete: they used to start the next pass at once, about 50,000 batch
+transactions a second, for as long as the holder lasted (a prepared
+transaction: hours).  A pass that claimed nothing now waits for the nap.
+
 With leapfrog.background = off no worker stays: idle, they held slots of
 max_worker_processes.  The launcher launches them again when a reload turns
 it on.
@@ -319,3 +325,26 @@ def test_finished_input_row_naming_a_user_table_never_drops_it(make_cluster):
         assert conn.execute("SELECT count(*) FROM pg_class c JOIN pg_namespace n "
                             "ON n.oid = c.relnamespace WHERE n.nspname = 'leapfrog_retired' "
                             "AND c.relkind = 'r'").fetchone()[0] == 0
+
+
+def test_workers_do_not_spin_while_a_transaction_holds_the_last_rows(make_cluster):
+    needs_real_extension()
+    c = make_cluster(**{"leapfrog.background": "on", "leapfrog.background_delay": 0,
+                        "leapfrog.read_mode": "migrate"})
+    c.create_database("held")
+    commits = "SELECT xact_commit FROM pg_stat_database WHERE datname = 'held'"
+    with c.connect("held") as conn, c.connect("held") as holder:
+        _start(conn, "h", "h_v2")
+        holder.autocommit = False
+        holder.execute("UPDATE h_v2 SET v = v WHERE id = 1")    # migrates row 1, holds it
+        wait_until(lambda: conn.execute("SELECT leapfrog.remaining('h_v2')").fetchone()[0] == 1,
+                   60, what="the workers to migrate every row but the held one")
+        conn.execute("SELECT pg_stat_clear_snapshot()")
+        before = conn.execute(commits).fetchone()[0]
+        time.sleep(3)
+        conn.execute("SELECT pg_stat_clear_snapshot()")
+        during = conn.execute(commits).fetchone()[0] - before
+        # a few passes a second (the nap is 1 s), against about 150,000
+        assert during < 1000, "%d transactions in 3 s while the last row was held" % during
+        holder.commit()
+        _assert_completed(conn, "h_v2", 2000, "the holder committed")
