@@ -285,6 +285,79 @@ branch_gate(Oid gate, LfMigration *mig, LfMapping *m, Query *from_sub, bool in_p
 								 InvalidOid, InvalidOid, COERCE_EXPLICIT_CALL);
 }
 
+/* The Vars of vars as columns of sub-query 1 (split_barrier) */
+static Node *
+vars_to_columns(Node *node, List *vars)
+{
+	if (node == NULL)
+		return NULL;
+	if (IsA(node, Var) && ((Var *) node)->varlevelsup == 0)
+	{
+		ListCell   *lc;
+
+		foreach(lc, vars)
+			if (equal(node, lfirst(lc)))
+				return (Node *) makeVar(1, foreach_current_index(lc) + 1, exprType(node),
+										exprTypmod(node), exprCollation(node), 0);
+		elog(ERROR, "leapfrog: mapping column not found below the barrier");
+	}
+	return expression_tree_mutator(node, vars_to_columns, vars);
+}
+
+/*
+ * A mapping that leaves rows out is a security barrier (lf_mapping_filters):
+ * the statement's leaky conditions stay above it.  But its sub-query then
+ * computed every mapping column of every row its filter passed, before
+ * those conditions: a column that cannot be computed on a row the statement
+ * does not read (a row that cannot be migrated: '500' into varchar(2))
+ * failed the read, where a migrating read, which reads its own rows only,
+ * succeeds.  So the barrier goes below the columns: the sub-query, still a
+ * barrier, passes up the input columns the mapping reads, and the mapping's
+ * columns are computed above it from them, after the statement's
+ * conditions.  Not for a GROUP BY (its columns are its groups') or a
+ * mapping with sub-links.
+ */
+static void
+split_barrier(RangeTblEntry *from)
+{
+	Query	   *q = from->subquery;
+	List	   *vars = NIL;
+	List	   *tlist = NIL;
+	List	   *colnames = NIL;
+	Query	   *inner;
+	RangeTblEntry *below;
+	ListCell   *lc;
+
+	if (!from->security_barrier || from->securityQuals != NIL || q->hasAggs ||
+		q->groupClause != NIL || q->hasSubLinks || q->hasWindowFuncs ||
+		q->hasTargetSRFs || q->setOperations != NULL || q->distinctClause != NIL ||
+		q->havingQual != NULL)
+		return;
+	foreach(lc, pull_var_clause((Node *) q->targetList, 0))
+		if (((Var *) lfirst(lc))->varlevelsup == 0 && !list_member(vars, lfirst(lc)))
+			vars = lappend(vars, lfirst(lc));
+	foreach(lc, vars)
+	{
+		char	   *name = psprintf("lf_in_%d", foreach_current_index(lc) + 1);
+
+		tlist = lappend(tlist, makeTargetEntry(copyObject(lfirst(lc)),
+											   foreach_current_index(lc) + 1, name, false));
+		colnames = lappend(colnames, makeString(name));
+	}
+	inner = copyObject(q);
+	inner->targetList = tlist;
+	below = makeNode(RangeTblEntry);
+	below->rtekind = RTE_SUBQUERY;
+	below->subquery = inner;
+	below->eref = makeAlias("lf_filtered", colnames);
+	below->inFromCl = true;
+	below->security_barrier = true;
+	from->subquery = simple_select(below,
+								   (List *) vars_to_columns((Node *) q->targetList, vars),
+								   NULL);
+	from->security_barrier = false;
+}
+
 /*
  * The branch of mapping m: SELECT <its natts columns, with the target's
  * collations> FROM (<m>) WHERE <gate> [AND conjuncts].
@@ -374,6 +447,7 @@ mapping_branch(LfMapping *m, LfMigration *mig, RangeTblEntry *orig, int rti,
 		if (!check_holds(lfirst(lc), from->subquery))
 			quals = lappend(quals, copyObject(lfirst(lc)));
 	}
+	split_barrier(from);
 	branch = simple_select(from, tlist, NULL);
 	foreach(lc, mine)
 	{
