@@ -1446,6 +1446,32 @@ replace_table(StartState *st, RawStmt *rs, int stmt_no, Oid relid, const char *w
  * neither its input nor its target may change after it.  Tables under a
  * running migration are refused by the DDL guard (utility.c).
  */
+/*
+ * A retype of a column the table inherits is PostgreSQL's error (42P16),
+ * raised as eagerly, before the refusal of a lazy replacement of a table in
+ * inheritance or partitioning (0A000) would hide it.
+ */
+static void
+check_inherited_columns(AlterTableStmt *stmt, Oid relid)
+{
+	ListCell   *lc;
+
+	foreach(lc, stmt->cmds)
+	{
+		AlterTableCmd *cmd = lfirst(lc);
+		HeapTuple	tup;
+
+		if (cmd->subtype != AT_AlterColumnType || cmd->name == NULL ||
+			!HeapTupleIsValid(tup = SearchSysCacheAttName(relid, cmd->name)))
+			continue;
+		if (((Form_pg_attribute) GETSTRUCT(tup))->attinhcount > 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_TABLE_DEFINITION),
+					 errmsg("cannot alter inherited column \"%s\"", cmd->name)));
+		ReleaseSysCache(tup);
+	}
+}
+
 static void
 do_alter(StartState *st, RawStmt *rs)
 {
@@ -1485,6 +1511,7 @@ do_alter(StartState *st, RawStmt *rs)
 		{
 			bool		rewrites = lf_alter_rewrites(stmt, relid);
 
+			check_inherited_columns(stmt, relid);
 			r = replace_table(st, rs, st->current, relid, why);
 			r->rewrites = rewrites;
 		}

@@ -383,6 +383,9 @@ CREATE TABLE parted_0 PARTITION OF parted FOR VALUES IN (0);
 SELECT leapfrog.start('er_part', $$CREATE TABLE parted_1 PARTITION OF parted FOR VALUES IN (1);
 INSERT INTO parted_1 SELECT id, 1, v FROM src;$$);
 SELECT to_regclass('parted_1') AS parted_1;
+-- A retype of a partition's inherited column: PostgreSQL's own error, as
+-- eagerly (42P16), not the refusal of replacing a partition.
+SELECT leapfrog.start('er_part', 'ALTER TABLE parted_0 ALTER COLUMN v TYPE varchar(5)');
 SELECT leapfrog.start('er_attach', $$CREATE TABLE dst (id int NOT NULL, region int NOT NULL, v text);
 INSERT INTO dst SELECT id, 2, v FROM src;$$);
 ALTER TABLE parted ATTACH PARTITION dst FOR VALUES IN (2);
