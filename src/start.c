@@ -1439,14 +1439,6 @@ replace_table(StartState *st, RawStmt *rs, int stmt_no, Oid relid, const char *w
 }
 
 /*
- * ALTER TABLE runs as written: on a table the script created (empty until
- * its mapping fills it) or replaced, or, on a table holding rows, when
- * PostgreSQL makes it a catalog change (alter.c); otherwise the table is
- * replaced lazily first.  A mapping is fixed when its INSERT runs, so
- * neither its input nor its target may change after it.  Tables under a
- * running migration are refused by the DDL guard (utility.c).
- */
-/*
  * A retype of a column the table inherits is PostgreSQL's error (42P16),
  * raised as eagerly, before the refusal of a lazy replacement of a table in
  * inheritance or partitioning (0A000) would hide it.
@@ -1472,6 +1464,14 @@ check_inherited_columns(AlterTableStmt *stmt, Oid relid)
 	}
 }
 
+/*
+ * ALTER TABLE runs as written: on a table the script created (empty until
+ * its mapping fills it) or replaced, or, on a table holding rows, when
+ * PostgreSQL makes it a catalog change (alter.c); otherwise the table is
+ * replaced lazily first.  A mapping is fixed when its INSERT runs, so
+ * neither its input nor its target may change after it.  Tables under a
+ * running migration are refused by the DDL guard (utility.c).
+ */
 static void
 do_alter(StartState *st, RawStmt *rs)
 {
