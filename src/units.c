@@ -686,13 +686,17 @@ unit_plan(LfMapping *m)
 	return up;
 }
 
-/* The rows of input i whose key equals the given values, visible to snap. */
+/*
+ * The rows of input i whose key equals the given values, visible to the
+ * snapshot of scan, an index scan of the key's index begun with nkeys keys
+ * and restarted here (a btree scan's set-up allocates some 27 kB: a
+ * worker's batch looks up hundreds of groups).
+ */
 static void
-lookup_rows(Relation rel, Relation idx, KeyLookup *kl, int nkeys, Datum *values, bool *nulls,
-			Snapshot snap, TupleTableSlot *slot, List **tids)
+lookup_rows(IndexScanDesc scan, KeyLookup *kl, int nkeys, Datum *values, bool *nulls,
+			TupleTableSlot *slot, List **tids)
 {
 	ScanKeyData sk[INDEX_MAX_KEYS];
-	IndexScanDesc scan;
 	int			k;
 
 	/* btree wants its keys in the order of the index columns */
@@ -708,7 +712,6 @@ lookup_rows(Relation rel, Relation idx, KeyLookup *kl, int nkeys, Datum *values,
 			ScanKeyEntryInitialize(key, 0, kl->col[k], BTEqualStrategyNumber,
 								   kl->subtype[k], kl->collation[k], kl->proc[k], values[k]);
 	}
-	scan = index_beginscan(rel, idx, snap, nkeys, 0);
 	index_rescan(scan, sk, nkeys, NULL, 0);
 	while (index_getnext_slot(scan, ForwardScanDirection, slot))
 	{
@@ -718,7 +721,6 @@ lookup_rows(Relation rel, Relation idx, KeyLookup *kl, int nkeys, Datum *values,
 		*tid = slot->tts_tid;
 		*tids = lappend(*tids, tid);
 	}
-	index_endscan(scan);
 }
 
 /* A list of palloc'd tids as a sorted array with no duplicates. */
@@ -750,6 +752,7 @@ lf_units_of(LfMapping *m, int from, ItemPointer seeds, int nseeds, Snapshot snap
 	BlockNumber nblocks;
 	TupleTableSlot *slots[2];	/* the seeds, read */
 	TupleTableSlot *lslots[2];	/* the unit's rows, looked up */
+	IndexScanDesc scans[2];
 	HTAB	   *seen;
 	HASHCTL		ctl = {.keysize = sizeof(ItemPointerData),.entrysize = sizeof(ItemPointerData),
 	.hcxt = CurrentMemoryContext};
@@ -765,6 +768,7 @@ lf_units_of(LfMapping *m, int from, ItemPointer seeds, int nseeds, Snapshot snap
 		slots[i] = table_slot_create(rels[i], NULL);
 		lslots[i] = table_slot_create(rels[i], NULL);
 		idxs[i] = index_open(up->lookup[i][from].index, AccessShareLock);
+		scans[i] = index_beginscan(rels[i], idxs[i], snap, m->nkeys, 0);
 	}
 	nblocks = RelationGetNumberOfBlocks(rels[from]);
 	for (s = 0; s < nseeds; s++)
@@ -820,8 +824,8 @@ lf_units_of(LfMapping *m, int from, ItemPointer seeds, int nseeds, Snapshot snap
 			{
 				List	   *found = NIL;
 
-				lookup_rows(rels[i], idxs[i], &up->lookup[i][from], m->nkeys, values, nulls,
-							snap, lslots[i], &found);
+				lookup_rows(scans[i], &up->lookup[i][from], m->nkeys, values, nulls, lslots[i],
+							&found);
 				u->n[i] = tid_list_to_array(found, &u->tids[i]);
 				list_free_deep(found);
 			}
@@ -839,6 +843,7 @@ lf_units_of(LfMapping *m, int from, ItemPointer seeds, int nseeds, Snapshot snap
 	{
 		ExecDropSingleTupleTableSlot(slots[i]);
 		ExecDropSingleTupleTableSlot(lslots[i]);
+		index_endscan(scans[i]);
 		index_close(idxs[i], AccessShareLock);
 		table_close(rels[i], NoLock);
 	}
@@ -861,6 +866,7 @@ lf_units_by_keys(LfMapping *m, List *keys, Snapshot snap)
 	Relation	rels[2];
 	Relation	idxs[2];
 	TupleTableSlot *slots[2];
+	IndexScanDesc scans[2];
 	bool		nulls[INDEX_MAX_KEYS];
 	List	   *units = NIL;
 	ListCell   *lc;
@@ -871,6 +877,7 @@ lf_units_by_keys(LfMapping *m, List *keys, Snapshot snap)
 		rels[i] = table_open(m->inputs[i], AccessShareLock);
 		idxs[i] = index_open(up->lookup[i][FROM_KEYS].index, AccessShareLock);
 		slots[i] = table_slot_create(rels[i], NULL);
+		scans[i] = index_beginscan(rels[i], idxs[i], snap, m->nkeys, 0);
 	}
 	foreach(lc, keys)
 	{
@@ -902,8 +909,8 @@ lf_units_by_keys(LfMapping *m, List *keys, Snapshot snap)
 		{
 			List	   *found = NIL;
 
-			lookup_rows(rels[i], idxs[i], &up->lookup[i][FROM_KEYS], m->nkeys, u->key, nulls, snap,
-						slots[i], &found);
+			lookup_rows(scans[i], &up->lookup[i][FROM_KEYS], m->nkeys, u->key, nulls, slots[i],
+						&found);
 			u->n[i] = tid_list_to_array(found, &u->tids[i]);
 			list_free_deep(found);
 		}
@@ -912,6 +919,7 @@ lf_units_by_keys(LfMapping *m, List *keys, Snapshot snap)
 	for (int i = 0; i < m->ninputs; i++)
 	{
 		ExecDropSingleTupleTableSlot(slots[i]);
+		index_endscan(scans[i]);
 		index_close(idxs[i], AccessShareLock);
 		table_close(rels[i], NoLock);
 	}
