@@ -28,7 +28,11 @@
  * the migration completes and its ANALYZE (lf_analyze_targets) gives the
  * table its own.  For a GROUP BY mapping that holds for the grouping
  * columns: their distinct values are the input's, their frequencies those
- * of rows rather than groups.  Whether a user may see those statistics
+ * of rows rather than groups.  A column that converts an input column by a
+ * cast that keeps order and tells values apart (an int retyped to bigint,
+ * the commonest migration of all: cast_keeps_statistics) gets the input's
+ * statistics converted: its most common values and histogram bounds cast,
+ * with the new type's operators.  Whether a user may see those statistics
  * (leaky operators) is decided as for the new table's own.
  *
  * Cost when no migration runs: one test of the catalog cache.
@@ -37,16 +41,21 @@
 #include "leapfrog.h"
 
 #include "access/htup_details.h"
+#include "access/table.h"
 #include "catalog/pg_class.h"
 #include "catalog/pg_statistic.h"
+#include "catalog/pg_type.h"
 #include "miscadmin.h"
 #include "nodes/nodeFuncs.h"
 #include "optimizer/plancat.h"
 #include "parser/parsetree.h"
 #include "utils/acl.h"
+#include "utils/array.h"
 #include "utils/lsyscache.h"
+#include "utils/rel.h"
 #include "utils/selfuncs.h"
 #include "utils/syscache.h"
+#include "utils/typcache.h"
 
 static get_relation_info_hook_type prev_get_relation_info = NULL;
 static get_relation_stats_hook_type prev_get_relation_stats = NULL;
@@ -145,12 +154,38 @@ lf_get_relation_info(PlannerInfo *root, Oid relid, bool inhparent, RelOptInfo *r
 }
 
 /*
- * The input column that column attnum of table relid copies unchanged (see
- * the file header), as *input and *inattr; false if none, or if relid is
- * not a new table.
+ * Does a cast from type `from` to type `to` keep an input column's
+ * statistics true, once its values are cast: the same order, and no two
+ * values made one?  Integer widening and exact conversions to numeric and
+ * float8; not float8 from bigint (two bigints may become one float), nor
+ * anything through text.
  */
 static bool
-copied_column(Oid relid, AttrNumber attnum, Oid *input, AttrNumber *inattr)
+cast_keeps_statistics(Oid from, Oid to)
+{
+	switch (to)
+	{
+		case INT4OID:
+			return from == INT2OID;
+		case INT8OID:
+			return from == INT2OID || from == INT4OID;
+		case NUMERICOID:
+			return from == INT2OID || from == INT4OID || from == INT8OID;
+		case FLOAT8OID:
+			return from == INT2OID || from == INT4OID || from == FLOAT4OID;
+		default:
+			return false;
+	}
+}
+
+/*
+ * The input column that column attnum of table relid copies (see the file
+ * header), as *input and *inattr, and the function of the cast that
+ * converts it as *cast (InvalidOid: copied unchanged); false if none, or if
+ * relid is not a new table.
+ */
+static bool
+copied_column(Oid relid, AttrNumber attnum, Oid *input, AttrNumber *inattr, Oid *cast)
 {
 	List	   *mappings = lf_mappings_for_target(relid);
 	LfMapping  *m;
@@ -168,20 +203,106 @@ copied_column(Oid relid, AttrNumber attnum, Oid *input, AttrNumber *inattr)
 		m->query->jointree->quals != NULL || m->query->havingQual != NULL)
 		return false;
 	tle = list_nth(m->query->targetList, attnum - 1);
-	if (!IsA(tle->expr, Var))
+	get_atttypetypmodcoll(relid, attnum, &typid, &typmod, &collid);
+	*cast = InvalidOid;
+	if (IsA(tle->expr, FuncExpr))
+	{
+		/* a cast of the column alone (one argument: no typmod to apply) */
+		FuncExpr   *f = (FuncExpr *) tle->expr;
+
+		if ((f->funcformat != COERCE_IMPLICIT_CAST && f->funcformat != COERCE_EXPLICIT_CAST) ||
+			f->funcretset || list_length(f->args) != 1 || !IsA(linitial(f->args), Var) ||
+			f->funcresulttype != typid ||
+			!cast_keeps_statistics(((Var *) linitial(f->args))->vartype, typid))
+			return false;
+		*cast = f->funcid;
+		var = linitial(f->args);
+	}
+	else if (IsA(tle->expr, Var))
+	{
+		var = (Var *) tle->expr;
+		if (typid != var->vartype || collid != var->varcollid)
+			return false;
+	}
+	else
 		return false;
-	var = (Var *) tle->expr;
 	if (var->varlevelsup != 0 || var->varattno <= 0)
 		return false;
 	rte = rt_fetch(var->varno, m->query->rtable);
 	if (rte->rtekind != RTE_RELATION)
 		return false;
-	get_atttypetypmodcoll(relid, attnum, &typid, &typmod, &collid);
-	if (typid != var->vartype || collid != var->varcollid)
-		return false;
 	*input = rte->relid;
 	*inattr = var->varattno;
 	return true;
+}
+
+/*
+ * A copy of statistics tuple tup of an input column, as the statistics of a
+ * column of type `to` that the input's values cast by function `cast`
+ * fill: its most common values and histogram bounds cast, with the
+ * operators of type `to` (the planner checks a histogram's operator
+ * against the query's); slots of other kinds (of arrays, ranges) left out.
+ */
+static HeapTuple
+cast_statistics(HeapTuple tup, Oid cast, Oid to)
+{
+	Relation	rel = table_open(StatisticRelationId, AccessShareLock);
+	TupleDesc	desc = RelationGetDescr(rel);
+	TypeCacheEntry *tc = lookup_type_cache(to, TYPECACHE_EQ_OPR | TYPECACHE_LT_OPR);
+	Datum		values[Natts_pg_statistic];
+	bool		nulls[Natts_pg_statistic];
+	FmgrInfo	flinfo;
+	int16		typlen;
+	bool		typbyval;
+	char		typalign;
+	HeapTuple	result;
+
+	heap_deform_tuple(tup, desc, values, nulls);
+	fmgr_info(cast, &flinfo);
+	get_typlenbyvalalign(to, &typlen, &typbyval, &typalign);
+	if (typlen > 0)
+		values[Anum_pg_statistic_stawidth - 1] = Int32GetDatum(typlen);
+	for (int k = 0; k < STATISTIC_NUM_SLOTS; k++)
+	{
+		int			kind = DatumGetInt16(values[Anum_pg_statistic_stakind1 - 1 + k]);
+		int			vi = Anum_pg_statistic_stavalues1 - 1 + k;
+		int			oi = Anum_pg_statistic_staop1 - 1 + k;
+
+		if (kind == 0)
+			continue;
+		if (kind == STATISTIC_KIND_MCV || kind == STATISTIC_KIND_HISTOGRAM ||
+			kind == STATISTIC_KIND_CORRELATION)
+		{
+			values[oi] = ObjectIdGetDatum(kind == STATISTIC_KIND_MCV ? tc->eq_opr : tc->lt_opr);
+			if (!nulls[vi])
+			{
+				ArrayType  *arr = DatumGetArrayTypeP(values[vi]);
+				int16		elmlen;
+				bool		elmbyval;
+				char		elmalign;
+				Datum	   *elems;
+				int			n;
+
+				get_typlenbyvalalign(ARR_ELEMTYPE(arr), &elmlen, &elmbyval, &elmalign);
+				deconstruct_array(arr, ARR_ELEMTYPE(arr), elmlen, elmbyval, elmalign,
+								  &elems, NULL, &n);
+				for (int e = 0; e < n; e++)
+					elems[e] = FunctionCall1(&flinfo, elems[e]);
+				values[vi] = PointerGetDatum(construct_array(elems, n, to, typlen, typbyval,
+															 typalign));
+			}
+			continue;
+		}
+		/* a kind of statistics of other types: left out */
+		values[Anum_pg_statistic_stakind1 - 1 + k] = Int16GetDatum(0);
+		values[oi] = ObjectIdGetDatum(InvalidOid);
+		values[Anum_pg_statistic_stacoll1 - 1 + k] = ObjectIdGetDatum(InvalidOid);
+		nulls[Anum_pg_statistic_stanumbers1 - 1 + k] = true;
+		nulls[vi] = true;
+	}
+	result = heap_form_tuple(desc, values, nulls);
+	table_close(rel, AccessShareLock);
+	return result;
 }
 
 static bool
@@ -190,19 +311,32 @@ lf_get_relation_stats(PlannerInfo *root, RangeTblEntry *rte, AttrNumber attnum,
 {
 	Oid			input;
 	AttrNumber	inattr;
+	Oid			cast;
 	HeapTuple	tup;
 	Oid			userid;
 
 	if (prev_get_relation_stats && prev_get_relation_stats(root, rte, attnum, vardata))
 		return true;
-	if (!lf_any_active() || rte->inh || !copied_column(rte->relid, attnum, &input, &inattr))
+	if (!lf_any_active() || rte->inh ||
+		!copied_column(rte->relid, attnum, &input, &inattr, &cast))
 		return false;
 	tup = SearchSysCache3(STATRELATTINH, ObjectIdGetDatum(input), Int16GetDatum(inattr),
 						  BoolGetDatum(false));
 	if (!HeapTupleIsValid(tup))
 		return false;			/* the input was never analyzed: the table's own */
-	vardata->statsTuple = tup;
-	vardata->freefunc = ReleaseSysCache;
+	if (OidIsValid(cast))
+	{
+		HeapTuple	converted = cast_statistics(tup, cast, get_atttype(rte->relid, attnum));
+
+		ReleaseSysCache(tup);
+		vardata->statsTuple = converted;
+		vardata->freefunc = heap_freetuple;
+	}
+	else
+	{
+		vardata->statsTuple = tup;
+		vardata->freefunc = ReleaseSysCache;
+	}
 	/* as examine_simple_variable decides for the table's own statistics */
 	userid = OidIsValid(rte->checkAsUser) ? rte->checkAsUser : GetUserId();
 	vardata->acl_ok = rte->securityQuals == NIL &&
