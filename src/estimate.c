@@ -180,12 +180,11 @@ cast_keeps_statistics(Oid from, Oid to)
 
 /*
  * The input column that column attnum of table relid copies (see the file
- * header), as *input and *inattr, and the function of the cast that
- * converts it as *cast (InvalidOid: copied unchanged); false if none, or if
- * relid is not a new table.
+ * header), as *input and *inattr, and the cast that converts it as *cast
+ * (NULL: copied unchanged); false if none, or if relid is not a new table.
  */
 static bool
-copied_column(Oid relid, AttrNumber attnum, Oid *input, AttrNumber *inattr, Oid *cast)
+copied_column(Oid relid, AttrNumber attnum, Oid *input, AttrNumber *inattr, FuncExpr **cast)
 {
 	List	   *mappings = lf_mappings_for_target(relid);
 	LfMapping  *m;
@@ -204,7 +203,7 @@ copied_column(Oid relid, AttrNumber attnum, Oid *input, AttrNumber *inattr, Oid 
 		return false;
 	tle = list_nth(m->query->targetList, attnum - 1);
 	get_atttypetypmodcoll(relid, attnum, &typid, &typmod, &collid);
-	*cast = InvalidOid;
+	*cast = NULL;
 	if (IsA(tle->expr, FuncExpr))
 	{
 		/* a cast of the column alone (one argument: no typmod to apply) */
@@ -215,7 +214,7 @@ copied_column(Oid relid, AttrNumber attnum, Oid *input, AttrNumber *inattr, Oid 
 			f->funcresulttype != typid ||
 			!cast_keeps_statistics(((Var *) linitial(f->args))->vartype, typid))
 			return false;
-		*cast = f->funcid;
+		*cast = f;
 		var = linitial(f->args);
 	}
 	else if (IsA(tle->expr, Var))
@@ -237,15 +236,16 @@ copied_column(Oid relid, AttrNumber attnum, Oid *input, AttrNumber *inattr, Oid 
 }
 
 /*
- * A copy of statistics tuple tup of an input column, as the statistics of a
- * column of type `to` that the input's values cast by function `cast`
- * fill: its most common values and histogram bounds cast, with the
- * operators of type `to` (the planner checks a histogram's operator
- * against the query's); slots of other kinds (of arrays, ranges) left out.
+ * A copy of statistics tuple tup of an input column, as the statistics of
+ * the column that cast fills from it: its most common values and histogram
+ * bounds cast, with the operators of the cast's type (the planner checks a
+ * histogram's operator against the query's); slots of other kinds (of
+ * arrays, ranges) left out.
  */
 static HeapTuple
-cast_statistics(HeapTuple tup, Oid cast, Oid to)
+cast_statistics(HeapTuple tup, FuncExpr *cast)
 {
+	Oid			to = cast->funcresulttype;
 	Relation	rel = table_open(StatisticRelationId, AccessShareLock);
 	TupleDesc	desc = RelationGetDescr(rel);
 	TypeCacheEntry *tc = lookup_type_cache(to, TYPECACHE_EQ_OPR | TYPECACHE_LT_OPR);
@@ -258,7 +258,7 @@ cast_statistics(HeapTuple tup, Oid cast, Oid to)
 	HeapTuple	result;
 
 	heap_deform_tuple(tup, desc, values, nulls);
-	fmgr_info(cast, &flinfo);
+	fmgr_info(cast->funcid, &flinfo);
 	get_typlenbyvalalign(to, &typlen, &typbyval, &typalign);
 	if (typlen > 0)
 		values[Anum_pg_statistic_stawidth - 1] = Int32GetDatum(typlen);
@@ -311,7 +311,7 @@ lf_get_relation_stats(PlannerInfo *root, RangeTblEntry *rte, AttrNumber attnum,
 {
 	Oid			input;
 	AttrNumber	inattr;
-	Oid			cast;
+	FuncExpr   *cast;
 	HeapTuple	tup;
 	Oid			userid;
 
@@ -324,9 +324,9 @@ lf_get_relation_stats(PlannerInfo *root, RangeTblEntry *rte, AttrNumber attnum,
 						  BoolGetDatum(false));
 	if (!HeapTupleIsValid(tup))
 		return false;			/* the input was never analyzed: the table's own */
-	if (OidIsValid(cast))
+	if (cast)
 	{
-		HeapTuple	converted = cast_statistics(tup, cast, get_atttype(rte->relid, attnum));
+		HeapTuple	converted = cast_statistics(tup, cast);
 
 		ReleaseSysCache(tup);
 		vardata->statsTuple = converted;
