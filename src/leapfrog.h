@@ -18,6 +18,7 @@
  *	migrate.c	ExecutorStart hook and the row migration step itself
  *	rowcopy.c	a step's copy of its rows into a row mapping's target, without
  *				starting the INSERT's plan
+ *	probe.c		a relevance plan that is one index look-up, without the executor
  *	units.c		units of group and join mappings: their keys and their rows
  *	live.c		inputs that stay live, tracked in place: migrated keys, claims,
  *				the row trigger
@@ -533,6 +534,10 @@ extern void lf_migrate_live_key(LfMigration *mig, LfMapping *m, int i, Datum *ke
 extern int	lf_copy_param(PlannedStmt *ps);
 extern bool lf_copy_rows(PlannedStmt *ps, int paramid, Snapshot snap, ParamListInfo params,
 						 uint64 *copied);
+
+/* probe.c */
+extern bool lf_probe_index(PlannedStmt *ps, Snapshot snap, ParamListInfo params,
+						   void (*add) (void *arg, ItemPointer tid), void *arg);
 
 /* progress.c */
 extern void lf_progress_add(int migration_id, uint64 n);

@@ -1885,12 +1885,23 @@ migrate_set(TidSet *set)
 	return true;
 }
 
-/* Run one relevance plan on snap, adding the ctids it returns to set. */
+static void
+probe_add(void *set, ItemPointer tid)
+{
+	tidset_add((TidSet *) set, tid);
+}
+
+/*
+ * Run one relevance plan on snap, adding the ctids it returns to set: a
+ * point look-up without the executor where it can (probe.c).
+ */
 static void
 run_relevance(List *item, Snapshot snap, ParamListInfo params, TidSet *set)
 {
 	TidReceiver rcv = {{tid_receive, tid_startup, tid_shutdown, tid_destroy, DestNone}};
 
+	if (lf_probe_index(lf_item_plan(item), snap, params, probe_add, set))
+		return;
 	rcv.set = set;
 	(void) run_plan(lf_item_plan(item), "leapfrog relevance", snap, params,
 					(DestReceiver *) &rcv, false);
