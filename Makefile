@@ -23,7 +23,7 @@ PG_CFLAGS   = -Wall -Wextra -Wno-unused-parameter -Wno-sign-compare \
 TEMP_CONFIG     = --temp-config=$(srcdir)/test/leapfrog.conf
 REGRESS         = create_extension replace_type split ctas filtered reads writes unique_indexes plans \
                   fkey fkey_actions migrations_view explain errors search_path privileges \
-                  row_errors step_copy alter_table aggregate join live live_in_place live_join live_shared shared_join shared_null complete compute plan estimates parallel probe
+                  row_errors step_copy alter_table aggregate join live live_in_place live_join live_shared shared_join shared_null complete compute plan estimates parallel probe retired_pages
 REGRESS_OPTS    = --inputdir=$(srcdir)/test/regress --outputdir=test/regress \
                   --temp-instance=test/regress/tmp_check $(TEMP_CONFIG)
 ISOLATION       = same_row abort rc_update rr_serialization insert_conflict start_lock \
