@@ -35,8 +35,6 @@
 #include "catalog/pg_am.h"
 #include "executor/executor.h"
 #include "executor/tuptable.h"
-#include "nodes/nodeFuncs.h"
-#include "optimizer/optimizer.h"
 #include "parser/parsetree.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
@@ -143,9 +141,11 @@ lf_probe_index(PlannedStmt *ps, Snapshot snap, ParamListInfo params,
 			break;
 		get_op_opfamily_properties(op->opno, index->rd_opfamily[col->varattno - 1], false,
 								   &strategy, &lefttype, &righttype);
-		set_opfuncid(op);
+		/* (the plan is shared: its OpExpr is read, not completed) */
 		ScanKeyEntryInitialize(&keys[nkeys++], isnull ? SK_ISNULL : 0, col->varattno,
-							   strategy, righttype, op->inputcollid, op->opfuncid, value);
+							   strategy, righttype, op->inputcollid,
+							   OidIsValid(op->opfuncid) ? op->opfuncid : get_opcode(op->opno),
+							   value);
 	}
 	if (nkeys != list_length(is->indexqual))
 	{
