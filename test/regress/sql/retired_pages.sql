@@ -28,9 +28,6 @@ UPDATE rp.dst SET pad = 'y' WHERE id = 2;
 SELECT lp, lp_flags, t_xmax <> '0' AS deleted
   FROM heap_page_items(get_raw_page(:'retired', 0)) WHERE lp <= 3 ORDER BY lp;
 SELECT prune_xid FROM page_header(get_raw_page(:'retired', 0));
--- VACUUM still prunes it
-VACUUM :retired;
-SELECT lp, lp_flags FROM heap_page_items(get_raw_page(:'retired', 0)) WHERE lp <= 3 ORDER BY lp;
 SELECT id, pad = 'y' AS updated FROM rp.dst WHERE id <= 3 ORDER BY id;
 SELECT leapfrog.complete('pages');
 SELECT count(*), count(*) FILTER (WHERE pad = 'y') AS updated FROM rp.dst;
