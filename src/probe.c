@@ -96,7 +96,7 @@ lf_probe_index(PlannedStmt *ps, Snapshot snap, ParamListInfo params,
 
 	if (ps->commandType != CMD_SELECT || ps->subplans != NIL || ps->rowMarks != NIL ||
 		ps->planTree == NULL || !IsA(ps->planTree, IndexScan) ||
-		is->scan.plan.qual != NIL || is->scan.plan.initPlan != NIL ||
+		is->scan.plan.parallel_aware || is->scan.plan.qual != NIL || is->scan.plan.initPlan != NIL ||
 		is->indexorderby != NIL || is->indexqual == NIL ||
 		list_length(is->indexqual) > INDEX_MAX_KEYS ||
 		list_length(is->scan.plan.targetlist) != 1)
@@ -110,8 +110,6 @@ lf_probe_index(PlannedStmt *ps, Snapshot snap, ParamListInfo params,
 	if (rte->rtekind != RTE_RELATION)
 		return false;
 
-	if (is->scan.plan.parallel_aware)
-		return false;
 	/* kept until the transaction ends, as the executor keeps it */
 	index = index_open(is->indexid, rte->rellockmode);
 	if (index->rd_rel->relam != BTREE_AM_OID)
