@@ -1257,6 +1257,155 @@ lf_map_rte(LfMapping *m, RangeTblEntry *orig)
 }
 
 /* ---------------------------------------------------------------------
+ * Only the columns a relevance query reads
+ * ---------------------------------------------------------------------
+ * A mapping that leaves rows out is a security barrier (lf_mapping_filters),
+ * which the planner keeps as a sub-query scan.  The planner computes only
+ * the columns the query reads (the others become NULL), but the sub-plan's
+ * top node still has them all: a tuple descriptor entry and a projection
+ * step each, built with every run.  A relevance query reads a few (keys,
+ * lf_ctid): the others leave the sub-query, and the query's Vars are
+ * renumbered.  (A relevance query of TPC-C's orderline_stock, a join
+ * mapping, carried 27 columns and read 3.)
+ */
+typedef struct ColUse
+{
+	int			rti;
+	int			depth;
+	Bitmapset  *used;			/* attnos of rti read */
+	bool		whole;			/* a whole-row or system column of rti */
+	AttrNumber *map;			/* old attno -> new (renumber_mutator) */
+} ColUse;
+
+static bool
+col_use_walker(Node *node, ColUse *cu)
+{
+	if (node == NULL)
+		return false;
+	if (IsA(node, Var))
+	{
+		Var		   *v = (Var *) node;
+
+		if (v->varno == cu->rti && v->varlevelsup == cu->depth)
+		{
+			if (v->varattno <= 0)
+				cu->whole = true;
+			else
+				cu->used = bms_add_member(cu->used, v->varattno);
+		}
+		return false;
+	}
+	if (IsA(node, Query))
+	{
+		bool		r;
+
+		cu->depth++;
+		r = query_tree_walker((Query *) node, col_use_walker, cu, 0);
+		cu->depth--;
+		return r;
+	}
+	return expression_tree_walker(node, col_use_walker, cu);
+}
+
+static Node *
+renumber_mutator(Node *node, ColUse *cu)
+{
+	if (node == NULL)
+		return NULL;
+	if (IsA(node, Var))
+	{
+		Var		   *v = copyObject((Var *) node);
+
+		if (v->varno == cu->rti && v->varlevelsup == cu->depth)
+		{
+			Assert(v->varattno > 0 && cu->map[v->varattno] > 0);
+			if (v->varnosyn == v->varno && v->varattnosyn == v->varattno)
+				v->varattnosyn = cu->map[v->varattno];
+			v->varattno = cu->map[v->varattno];
+		}
+		return (Node *) v;
+	}
+	if (IsA(node, Query))
+	{
+		Query	   *r;
+
+		cu->depth++;
+		r = query_tree_mutator((Query *) node, renumber_mutator, cu, 0);
+		cu->depth--;
+		return (Node *) r;
+	}
+	return expression_tree_mutator(node, renumber_mutator, cu);
+}
+
+/*
+ * Drop the columns q does not read from its security-barrier sub-query rti.
+ * A column stays if the sub-query itself needs it: a grouping or sort key,
+ * something volatile, all of them under DISTINCT, a set operation, or a
+ * set-returning function (which would change the rows).
+ */
+static void
+narrow_barrier(Query *q, int rti)
+{
+	Query	   *sub = rt_fetch(rti, q->rtable)->subquery;
+	RangeTblEntry *rte;
+	ColUse		cu = {rti, 0};
+	List	   *tlist = NIL;
+	List	   *names = NIL;
+	ListCell   *lc,
+			   *lcn;
+	int			kept = 0;
+
+	if (sub->setOperations || sub->distinctClause || sub->hasTargetSRFs ||
+		list_length(rt_fetch(rti, q->rtable)->eref->colnames) != list_length(sub->targetList))
+		return;
+	(void) query_tree_walker(q, col_use_walker, &cu, 0);
+	if (cu.whole)
+		return;
+	cu.map = palloc0((list_length(sub->targetList) + 1) * sizeof(AttrNumber));
+	foreach(lc, sub->targetList)
+	{
+		TargetEntry *tle = lfirst(lc);
+
+		if (tle->resjunk)
+			return;				/* eref->colnames would not match */
+		if (tle->ressortgroupref || bms_is_member(tle->resno, cu.used) ||
+			contain_volatile_functions((Node *) tle->expr))
+			cu.map[tle->resno] = ++kept;
+	}
+	if (kept == list_length(sub->targetList))
+		return;
+
+	(void) query_tree_mutator(q, renumber_mutator, &cu, QTW_DONT_COPY_QUERY);
+	rte = rt_fetch(rti, q->rtable);
+	tlist = NIL;
+	forboth(lc, rte->subquery->targetList, lcn, rte->eref->colnames)
+	{
+		TargetEntry *tle = lfirst(lc);
+
+		if (cu.map[tle->resno] == 0)
+			continue;
+		tle->resno = cu.map[tle->resno];
+		tlist = lappend(tlist, tle);
+		names = lappend(names, lfirst(lcn));
+	}
+	rte->subquery->targetList = tlist;
+	rte->eref->colnames = names;
+}
+
+/* narrow_barrier on every security-barrier sub-query of q's level */
+static void
+narrow_barriers(Query *q)
+{
+	for (int rti = 1; rti <= list_length(q->rtable); rti++)
+	{
+		RangeTblEntry *rte = rt_fetch(rti, q->rtable);
+
+		if (rte->rtekind == RTE_SUBQUERY && rte->security_barrier)
+			narrow_barrier(q, rti);
+	}
+}
+
+/* ---------------------------------------------------------------------
  * The hook
  * ---------------------------------------------------------------------
  */
@@ -1902,6 +2051,7 @@ plan_items(RelCtx *cx, PlannedStmt *stmt, ParamListInfo boundParams)
 		if (mig == NULL)
 			continue;			/* completed while we planned */
 		rewrite_integer_quals(q);
+		narrow_barriers(q);
 		rs = standard_planner(q, "leapfrog relevance", 0, boundParams);
 		if (stmt)
 		{
