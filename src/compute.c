@@ -378,6 +378,8 @@ mapping_branch(LfMapping *m, LfMigration *mig, RangeTblEntry *orig, int rti,
 	List	   *quals;
 	List	   *mine = NIL;		/* conjuncts, on the branch's FROM */
 	Node	   *gate_done;
+	List	   *probe;
+	List	   *values;
 	ListCell   *lc;
 	int			attno;
 	/* the copy of a table altered in place, which eagerly held its rows */
@@ -405,6 +407,12 @@ mapping_branch(LfMapping *m, LfMigration *mig, RangeTblEntry *orig, int rti,
 													values));
 		else
 			cx->unpinned = true;
+	}
+	else if ((probe = lf_retired_pin(mig, m, mine, 1, &values)) != NIL)
+	{
+		/* a row or join key of a retired input (probe.c) */
+		cx->pins = lappend(cx->pins, list_make4(makeInteger(mig->id), makeInteger(m->id),
+												values, probe));
 	}
 	else
 		cx->unpinned = true;
@@ -760,18 +768,30 @@ lf_compute_shortcut(QueryDesc *qd)
 		List	   *pin = lfirst(lc);
 		LfMigration *mig = lf_migration_by_id(intVal(linitial(pin)));
 		LfMapping  *m = mig ? lf_mapping_by_id(mig, intVal(lsecond(pin))) : NULL;
+		/* of a retired input: its look-up (lf_retired_pin) */
+		List	   *probe = list_length(pin) > 3 ? lfourth(pin) : NIL;
 		Datum		key[LF_KEY_MAX];
 		bool		nulls[INDEX_MAX_KEYS];
 
 		/* completed meanwhile: the computing plan knows what to do */
-		if (m == NULL || list_length(lthird(pin)) != m->nkeys)
+		if (m == NULL || (probe == NIL && list_length(lthird(pin)) != m->nkeys))
 		{
 			all = false;
 			break;
 		}
 		lf_live_eval_pinned(lthird(pin), qd->params, &estate, key, nulls);
-		for (int k = 0; k < m->nkeys; k++)
+		for (int k = 0; k < list_length(lthird(pin)); k++)
 			all &= !nulls[k];
+		if (all && probe != NIL)
+		{
+			/* (still retired: the branch computes it) */
+			if (!lf_retired_pin_gone(probe, key, qd->snapshot))
+			{
+				all = false;
+				break;
+			}
+			continue;
+		}
 		key[m->nkeys] = UInt32GetDatum(0);
 		lf_key_set_row(m->nkeys, key, 0, NULL);
 

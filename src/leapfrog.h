@@ -18,7 +18,8 @@
  *	migrate.c	ExecutorStart hook and the row migration step itself
  *	rowcopy.c	a step's copy of its rows into a row mapping's target, without
  *				starting the INSERT's plan
- *	probe.c		a relevance plan that is one index look-up, without the executor
+ *	probe.c		a relevance plan that is one index look-up, without the executor;
+ *				the look-up that tells a computing read its unit is migrated
  *	units.c		units of group and join mappings: their keys and their rows
  *	live.c		inputs that stay live, tracked in place: migrated keys, claims,
  *				the row trigger
@@ -375,6 +376,7 @@ extern List *lf_live_trigger_tables(Oid keys);
 extern Query *lf_live_unmigrated_query(LfMapping *m);
 extern Node *lf_live_pinned_gate(LfMapping *m, List *conds, int varno);
 extern List *lf_live_pinned_values(LfMapping *m, List *conds, int varno);
+extern bool lf_reads_rows(Node *node);
 extern bool lf_live_memo_migrated(LfMapping *m, Datum *values, bool *nulls);
 extern void lf_live_eval_pinned(List *pinned, ParamListInfo params, EState **estate,
 								Datum *values, bool *nulls);
@@ -538,6 +540,9 @@ extern bool lf_copy_rows(PlannedStmt *ps, int paramid, Snapshot snap, ParamListI
 /* probe.c */
 extern bool lf_probe_index(PlannedStmt *ps, Snapshot snap, ParamListInfo params,
 						   void (*add) (void *arg, ItemPointer tid), void *arg);
+extern List *lf_retired_pin(LfMigration *mig, LfMapping *m, List *conds, int varno,
+							List **values);
+extern bool lf_retired_pin_gone(List *pin, Datum *values, Snapshot snap);
 
 /* progress.c */
 extern void lf_progress_add(int migration_id, uint64 n);

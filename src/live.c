@@ -745,6 +745,12 @@ reads_rows_walker(Node *node, void *cx)
 	return expression_tree_walker(node, reads_rows_walker, cx);
 }
 
+bool
+lf_reads_rows(Node *node)
+{
+	return reads_rows_walker(node, NULL);
+}
+
 /*
  * The values conds pins every key column of live mapping m's target to
  * (as lf_live_pinned_gate), ready for the executor, if each has the key
@@ -766,7 +772,7 @@ lf_live_pinned_values(LfMapping *m, List *conds, int varno)
 		Expr	   *e = expression_planner(rhs[k]);
 
 		if (exprType((Node *) e) != m->keytypes[k] ||
-			reads_rows_walker((Node *) e, NULL) || contain_volatile_functions((Node *) e))
+			lf_reads_rows((Node *) e) || contain_volatile_functions((Node *) e))
 			return NIL;
 		values = lappend(values, e);
 	}

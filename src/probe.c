@@ -24,6 +24,17 @@
  * Locking: the caller holds the plan's relations (migrate.c,
  * lock_plan_relations); the index is locked as the executor locks it, with
  * the relation's lock mode.
+ *
+ * The second look-up here tells a read that computes (compute.c) that the
+ * join unit it pins is migrated: a statement whose conditions give leading
+ * columns of an index of a retired input of a join mapping, copied
+ * unchanged into the new table, values computable before it runs
+ * (lf_retired_pin).  Where the statement's snapshot sees no row of the
+ * input with those values, the mapping's branch computes nothing, and the
+ * statement as written runs instead (lf_compute_shortcut).  A join unit
+ * moves with all its rows in one transaction, so a snapshot sees them all
+ * retired or all migrated.  The retired input is held by the computing
+ * plan's locks.
  *-------------------------------------------------------------------------
  */
 #include "leapfrog.h"
@@ -32,7 +43,12 @@
 #include "access/relscan.h"
 #include "access/table.h"
 #include "access/tableam.h"
+#include "access/htup_details.h"
+#include "access/stratnum.h"
 #include "catalog/pg_am.h"
+#include "catalog/pg_index.h"
+#include "optimizer/optimizer.h"
+#include "nodes/nodeFuncs.h"
 #include "executor/executor.h"
 #include "executor/tuptable.h"
 #include "parser/parsetree.h"
@@ -168,4 +184,173 @@ lf_probe_index(PlannedStmt *ps, Snapshot snap, ParamListInfo params,
 	table_close(heap, NoLock);
 	index_close(index, NoLock);
 	return true;
+}
+
+/* The column of m's target that is input j's column attno unchanged, or 0 */
+static AttrNumber
+target_column(LfMapping *m, int j, AttrNumber attno)
+{
+	ListCell   *lc;
+
+	foreach(lc, m->query->targetList)
+	{
+		TargetEntry *tle = lfirst(lc);
+		Var		   *v = (Var *) tle->expr;
+
+		if (tle->resno <= m->natts && IsA(v, Var) && v->varlevelsup == 0 &&
+			v->varno == m->rtis[j] && v->varattno == attno)
+			return tle->resno;
+	}
+	return 0;
+}
+
+/*
+ * The value conds give column att of varno with operator opno under
+ * collation coll ("att = value", either way round), planned, if it can be
+ * computed before the statement runs; NULL otherwise.
+ */
+static Expr *
+pinned_value(List *conds, int varno, AttrNumber att, Oid opno, Oid coll, Oid type)
+{
+	ListCell   *lc;
+
+	foreach(lc, conds)
+	{
+		OpExpr	   *op = lfirst(lc);
+
+		if (!IsA(op, OpExpr) || op->opno != opno || op->inputcollid != coll ||
+			list_length(op->args) != 2)
+			continue;
+		for (int side = 0; side < 2; side++)
+		{
+			Node	   *col = list_nth(op->args, side);
+			Expr	   *value = list_nth(op->args, 1 - side);
+
+			while (IsA(col, RelabelType))
+				col = (Node *) ((RelabelType *) col)->arg;
+			if (!IsA(col, Var) || ((Var *) col)->varno != varno ||
+				((Var *) col)->varlevelsup != 0 || ((Var *) col)->varattno != att)
+				continue;
+			value = expression_planner((Expr *) copyObject(value));
+			if (exprType((Node *) value) == type && !lf_reads_rows((Node *) value) &&
+				!contain_volatile_functions((Node *) value))
+				return value;
+		}
+	}
+	return NULL;
+}
+
+/*
+ * The look-up (index, operators, collations) that tells whether the unit
+ * of join mapping m that conds pin (the statement's conjuncts on the
+ * target, whose Vars varno read its columns) is still retired; *values:
+ * the values of the index's leading columns.  NIL if conds pin none: the
+ * input is not a plain retired table (live, filled by an earlier migration,
+ * altered in place), no btree index's first column is pinned.  The index
+ * with the most leading columns pinned wins.
+ *
+ * Joins only: the look-up costs about 15k instructions where the unit is
+ * still retired, and a join's branch costs about 118k where it computes
+ * nothing (TPC-C's, bench/statement_cost.py), so the look-up pays for
+ * itself if one read in nine finds its unit migrated.  A row mapping's
+ * branch costs about 38k: one read in three would have to (the split's
+ * TPC-C mix, whose reads mostly precede their rows' migration, cost 1%
+ * more with row mappings pinned too).  The test on m->kind is all that
+ * keeps them out.
+ */
+List *
+lf_retired_pin(LfMigration *mig, LfMapping *m, List *conds, int varno, List **values)
+{
+	List	   *best = NIL;
+	int			best_n = 0;
+
+	*values = NIL;
+	if (conds == NIL || m->unmigrated != NULL || OidIsValid(m->done_keys) ||
+		m->kind != LF_MAP_JOIN ||
+		m->query->setOperations != NULL || lf_has_upstream(mig) ||
+		list_member_oid(mig->in_place_targets, m->target))
+		return NIL;
+	for (int j = 0; j < m->ninputs; j++)
+	{
+		RangeTblEntry *rte = rt_fetch(m->rtis[j], m->query->rtable);
+		Relation	rel;
+		List	   *indexes;
+		ListCell   *li;
+
+		if (rte->rtekind != RTE_RELATION || rte->relid != m->inputs[j])
+			continue;
+		rel = table_open(rte->relid, AccessShareLock);
+		indexes = RelationGetIndexList(rel);
+		foreach(li, indexes)
+		{
+			Relation	idx = index_open(lfirst_oid(li), AccessShareLock);
+			List	   *vals = NIL;
+			List	   *ops = NIL;
+			List	   *colls = NIL;
+
+			if (idx->rd_rel->relam == BTREE_AM_OID && idx->rd_index->indisvalid &&
+				heap_attisnull(idx->rd_indextuple, Anum_pg_index_indpred, NULL))
+			{
+				for (int p = 0; p < IndexRelationGetNumberOfKeyAttributes(idx); p++)
+				{
+					AttrNumber	col = idx->rd_index->indkey.values[p];
+					AttrNumber	att = col > 0 ? target_column(m, j, col) : 0;
+					Oid			type = idx->rd_opcintype[p];
+					Oid			opno = att ? get_opfamily_member(idx->rd_opfamily[p], type, type,
+																 BTEqualStrategyNumber) : InvalidOid;
+					Expr	   *value = OidIsValid(opno)
+						? pinned_value(conds, varno, att, opno, idx->rd_indcollation[p], type)
+						: NULL;
+
+					if (value == NULL)
+						break;
+					vals = lappend(vals, value);
+					ops = lappend_oid(ops, opno);
+					colls = lappend_oid(colls, idx->rd_indcollation[p]);
+				}
+			}
+			if (list_length(vals) > best_n)
+			{
+				best_n = list_length(vals);
+				best = list_make3(makeInteger((int) RelationGetRelid(idx)), ops, colls);
+				*values = vals;
+			}
+			index_close(idx, AccessShareLock);
+		}
+		list_free(indexes);
+		table_close(rel, AccessShareLock);
+	}
+	return best;
+}
+
+/*
+ * Does snap see no row of the retired input with the pinned values
+ * (lf_retired_pin's look-up; values evaluated, none NULL)?
+ */
+bool
+lf_retired_pin_gone(List *pin, Datum *values, Snapshot snap)
+{
+	Relation	index = index_open((Oid) intVal(linitial(pin)), AccessShareLock);
+	Relation	heap = table_open(index->rd_index->indrelid, AccessShareLock);
+	List	   *ops = lsecond(pin);
+	List	   *colls = lthird(pin);
+	int			n = list_length(ops);
+	ScanKeyData keys[INDEX_MAX_KEYS];
+	IndexScanDesc scan;
+	TupleTableSlot *slot;
+	bool		gone;
+
+	for (int p = 0; p < n; p++)
+		ScanKeyEntryInitialize(&keys[p], 0, p + 1, BTEqualStrategyNumber,
+							   index->rd_opcintype[p], list_nth_oid(colls, p),
+							   get_opcode(list_nth_oid(ops, p)), values[p]);
+	slot = table_slot_create(heap, NULL);
+	scan = index_beginscan(heap, index, snap, n, 0);
+	index_rescan(scan, keys, n, NULL, 0);
+	gone = !index_getnext_slot(scan, ForwardScanDirection, slot);
+	index_endscan(scan);
+	ExecDropSingleTupleTableSlot(slot);
+	table_close(heap, NoLock);
+	index_close(index, NoLock);
+	return gone;
 }
