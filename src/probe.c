@@ -240,6 +240,23 @@ pinned_value(List *conds, int varno, AttrNumber att, Oid opno, Oid coll, Oid typ
 	return NULL;
 }
 
+/* Does the tree hold a parameter of the statement ($n, a PL/pgSQL variable)? */
+static bool
+has_parameter_walker(Node *node, void *cx)
+{
+	if (node == NULL)
+		return false;
+	if (IsA(node, Param))
+		return ((Param *) node)->paramkind == PARAM_EXTERN;
+	return expression_tree_walker(node, has_parameter_walker, cx);
+}
+
+static bool
+has_parameter(Node *node)
+{
+	return has_parameter_walker(node, NULL);
+}
+
 /*
  * The look-up (index, operators, collations) that tells whether the unit
  * of join mapping m that conds pin (the statement's conjuncts on the
@@ -257,6 +274,14 @@ pinned_value(List *conds, int varno, AttrNumber att, Oid opno, Oid coll, Oid typ
  * TPC-C mix, whose reads mostly precede their rows' migration, cost 1%
  * more with row mappings pinned too).  The test on m->kind is all that
  * keeps them out.
+ *
+ * And only where a pinned value is a parameter of the statement: the plain
+ * plan is planned with the computing one, which pays where the plan is
+ * kept (a prepared statement, PL/pgSQL, a driver's) and is a loss where it
+ * is planned for one run.  A statement whose values are all literals is
+ * usually sent as text, planned and run once: a pinned read of TPC-C's
+ * join so cost 87k instructions more where it computed and 22k more where
+ * it did not (about 920k without; bench/README.md).
  */
 List *
 lf_retired_pin(LfMigration *mig, LfMapping *m, List *conds, int varno, List **values)
@@ -265,7 +290,7 @@ lf_retired_pin(LfMigration *mig, LfMapping *m, List *conds, int varno, List **va
 	int			best_n = 0;
 
 	*values = NIL;
-	if (conds == NIL || m->unmigrated != NULL || OidIsValid(m->done_keys) ||
+	if (!has_parameter((Node *) conds) || m->unmigrated != NULL || OidIsValid(m->done_keys) ||
 		m->kind != LF_MAP_JOIN ||
 		m->query->setOperations != NULL || lf_has_upstream(mig) ||
 		list_member_oid(mig->in_place_targets, m->target))
@@ -309,7 +334,7 @@ lf_retired_pin(LfMigration *mig, LfMapping *m, List *conds, int varno, List **va
 					colls = lappend_oid(colls, idx->rd_indcollation[p]);
 				}
 			}
-			if (list_length(vals) > best_n)
+			if (list_length(vals) > best_n && has_parameter((Node *) vals))
 			{
 				best_n = list_length(vals);
 				best = list_make3(makeInteger((int) RelationGetRelid(idx)), ops, colls);

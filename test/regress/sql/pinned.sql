@@ -7,8 +7,9 @@
 -- otherwise.  Each read is compared with the eager copy; computes() says
 -- whether the plan that ran computed.  Units by either input's key, a key
 -- prefix, secondary indexes, a collation, the writer's own transaction (and
--- its rollback), prepared plans, NULL, conditions that pin nothing, a read
--- of two occurrences; and row mappings, which are not pinned.
+-- its rollback), generic plans, NULL, conditions that pin nothing, values
+-- that are all literals, a read of two occurrences; and row mappings, which
+-- are not pinned.
 --
 CREATE SCHEMA pn_eager;
 CREATE SCHEMA pn_lazy;
@@ -51,12 +52,19 @@ SELECT public.regress_eager(:'setup');
 SELECT leapfrog.start('pinned', :'script');
 SET leapfrog.read_mode = compute;
 
-CREATE FUNCTION pn_lazy.computes(q text) RETURNS boolean LANGUAGE plpgsql AS $$
+-- q prepared (its values are parameters: a literal pins nothing, probe.c)
+-- and run with args under EXPLAIN ANALYZE: did the plan that ran compute?
+CREATE FUNCTION pn_lazy.computes(q text, VARIADIC args text[] DEFAULT '{}') RETURNS boolean
+LANGUAGE plpgsql AS $$
 DECLARE l text; c boolean := false;
 BEGIN
-  FOR l IN EXECUTE 'EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) ' || q LOOP
+  EXECUTE 'PREPARE pn_q AS ' || q;
+  FOR l IN EXECUTE 'EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) EXECUTE pn_q' ||
+      CASE WHEN cardinality(args) = 0 THEN '' ELSE
+        '(' || (SELECT string_agg(coalesce(quote_literal(a), 'NULL'), ', ') FROM unnest(args) a) || ')' END LOOP
     c := c OR l LIKE '%Computes:%';
   END LOOP;
+  DEALLOCATE pn_q;
   RETURN c;
 END $$;
 -- q (with %s for the schema) in both schemas: rows that differ, and rows
@@ -77,31 +85,34 @@ END $$;
 
 -- A join unit by its key: computed while retired, the plain plan once
 -- an UPDATE migrated it; the rows are the eager ones either way.
-SELECT computes('SELECT * FROM line_stock WHERE w = 2 AND i = 7');
+SELECT computes('SELECT * FROM line_stock WHERE w = $1 AND i = $2', '2', '7');
 SELECT * FROM differ('SELECT * FROM %s.line_stock WHERE w = 2 AND i = 7');
 SELECT run_both('UPDATE %s.line_stock SET qty = qty + 1 WHERE w = 2 AND i = 7');
-SELECT computes('SELECT * FROM line_stock WHERE w = 2 AND i = 7');
+SELECT computes('SELECT * FROM line_stock WHERE w = $1 AND i = $2', '2', '7');
 SELECT * FROM differ('SELECT * FROM %s.line_stock WHERE w = 2 AND i = 7');
-SELECT computes('SELECT * FROM line_stock WHERE i = 7 AND 2 = w');
-SELECT computes('SELECT count(*) FROM line_stock WHERE w = 2 AND i = 7');
+SELECT computes('SELECT * FROM line_stock WHERE i = $2 AND $1 = w', '2', '7');
+SELECT computes('SELECT count(*) FROM line_stock WHERE w = $1 AND i = $2', '2', '7');
+-- one literal is enough beside a parameter; literals alone pin nothing
+SELECT computes('SELECT * FROM line_stock WHERE w = 2 AND i = $1', '7');
+SELECT computes('SELECT * FROM line_stock WHERE w = 2 AND i = 7');
 -- the key's first column alone: other units of warehouse 2 are retired
-SELECT computes('SELECT * FROM line_stock WHERE w = 2');
+SELECT computes('SELECT * FROM line_stock WHERE w = $1', '2');
 SELECT * FROM differ('SELECT * FROM %s.line_stock WHERE w = 2');
 -- by the nullable side's key: line 19 is (2, 7)'s, line 22 (2, 8)'s
-SELECT computes('SELECT * FROM line_stock WHERE id = 19');
-SELECT computes('SELECT * FROM line_stock WHERE id = 22');
+SELECT computes('SELECT * FROM line_stock WHERE id = $1', '19');
+SELECT computes('SELECT * FROM line_stock WHERE id = $1', '22');
 SELECT * FROM differ('SELECT * FROM %s.line_stock WHERE id IN (19, 22)');
 -- conditions that pin nothing: a range, an OR, another operator
-SELECT computes('SELECT * FROM line_stock WHERE w = 2 AND i BETWEEN 7 AND 7');
-SELECT computes('SELECT * FROM line_stock WHERE (w = 2 AND i = 7) OR false');
-SELECT computes('SELECT * FROM line_stock WHERE w = 2 AND i::bigint = 7');
+SELECT computes('SELECT * FROM line_stock WHERE w = $1 AND i BETWEEN $2 AND $2', '2', '7');
+SELECT computes('SELECT * FROM line_stock WHERE (w = $1 AND i = $2) OR false', '2', '7');
+SELECT computes('SELECT * FROM line_stock WHERE w = $1 AND i::bigint = $2', '2', '7');
 
--- Prepared, generic plan: the look-up runs at each execution.
+-- Generic plans: the look-up runs as the executor starts, with the values.
 SET plan_cache_mode = force_generic_plan;
 PREPARE unit(int, int) AS SELECT w, i, qty, id FROM line_stock WHERE w = $1 AND i = $2 ORDER BY id;
-SELECT computes('EXECUTE unit(2, 7)');
-SELECT computes('EXECUTE unit(2, 9)');
-SELECT computes('EXECUTE unit(NULL, 7)');
+SELECT computes('SELECT w, i, qty, id FROM line_stock WHERE w = $1 AND i = $2', '2', '7');
+SELECT computes('SELECT w, i, qty, id FROM line_stock WHERE w = $1 AND i = $2', '2', '9');
+SELECT computes('SELECT w, i, qty, id FROM line_stock WHERE w = $1 AND i = $2', NULL, '7');
 EXECUTE unit(2, 7);
 EXECUTE unit(2, 9);
 EXECUTE unit(NULL, 7);
@@ -111,38 +122,38 @@ RESET plan_cache_mode;
 -- unit is retired again.
 BEGIN;
 SELECT run_both('UPDATE %s.line_stock SET qty = qty + 1 WHERE w = 3 AND i = 3');
-SELECT computes('SELECT * FROM line_stock WHERE w = 3 AND i = 3');
+SELECT computes('SELECT * FROM line_stock WHERE w = $1 AND i = $2', '3', '3');
 SELECT * FROM differ('SELECT * FROM %s.line_stock WHERE w = 3 AND i = 3');
 ROLLBACK;
-SELECT computes('SELECT * FROM line_stock WHERE w = 3 AND i = 3');
+SELECT computes('SELECT * FROM line_stock WHERE w = $1 AND i = $2', '3', '3');
 SELECT * FROM differ('SELECT * FROM %s.line_stock WHERE w = 3 AND i = 3');
 
 -- Secondary indexes of either input, and a collation other than the
 -- index's: lines 19 and 22 have amounts 19 and 22
-SELECT computes('SELECT * FROM line_stock WHERE amount = 19');
-SELECT computes('SELECT * FROM line_stock WHERE amount = 22');
-SELECT computes('SELECT * FROM line_stock WHERE tag = ''s2_7''');
-SELECT computes('SELECT * FROM line_stock WHERE tag = ''s2_8''');
-SELECT computes('SELECT * FROM line_stock WHERE tag = ''s2_7'' COLLATE "C"');
+SELECT computes('SELECT * FROM line_stock WHERE amount = $1', '19');
+SELECT computes('SELECT * FROM line_stock WHERE amount = $1', '22');
+SELECT computes('SELECT * FROM line_stock WHERE tag = $1', 's2_7');
+SELECT computes('SELECT * FROM line_stock WHERE tag = $1', 's2_8');
+SELECT computes('SELECT * FROM line_stock WHERE tag = $1 COLLATE "C"', 's2_7');
 SELECT * FROM differ('SELECT * FROM %s.line_stock WHERE amount IN (19, 22) OR tag IN (''s2_7'', ''s2_8'')');
 
 -- Two occurrences, both pinned: computed while either unit is retired;
 -- under a JOIN clause the conditions are not the occurrence's own
 -- (relevance.c, lf_own_conjuncts), so nothing is pinned
 SELECT computes('SELECT * FROM line_stock a, line_stock b
-                 WHERE a.w = 2 AND a.i = 7 AND b.w = 2 AND b.i = 7');
+                 WHERE a.w = $1 AND a.i = $2 AND b.w = $1 AND b.i = $3', '2', '7', '7');
 SELECT computes('SELECT * FROM line_stock a, line_stock b
-                 WHERE a.w = 2 AND a.i = 7 AND b.w = 2 AND b.i = 8');
+                 WHERE a.w = $1 AND a.i = $2 AND b.w = $1 AND b.i = $3', '2', '7', '8');
 SELECT computes('SELECT * FROM line_stock a JOIN line_stock b USING (w, i)
-                 WHERE a.w = 2 AND a.i = 7 AND b.w = 2 AND b.i = 7');
+                 WHERE a.w = $1 AND a.i = $2 AND b.w = $1 AND b.i = $3', '2', '7', '7');
 SELECT * FROM differ('SELECT a.id, b.id FROM %1$s.line_stock a, %1$s.line_stock b
                       WHERE a.w = 2 AND a.i = 7 AND b.w = 2 AND b.i IN (7, 8)');
 
 -- Rows of a split are not pinned (probe.c says why): computed even once
 -- migrated, with the eager rows.
-SELECT computes('SELECT * FROM cust_pub WHERE w = 1 AND d = 2 AND c = 3');
+SELECT computes('SELECT * FROM cust_pub WHERE w = $1 AND d = $2 AND c = $3', '1', '2', '3');
 SELECT run_both('UPDATE %s.cust_pub SET name = name || ''x'' WHERE w = 1 AND d = 2 AND c = 3');
-SELECT computes('SELECT * FROM cust_pub WHERE w = 1 AND d = 2 AND c = 3');
+SELECT computes('SELECT * FROM cust_pub WHERE w = $1 AND d = $2 AND c = $3', '1', '2', '3');
 SELECT * FROM differ('SELECT * FROM %s.cust_pub WHERE w = 1 AND d = 2 AND c IN (3, 4)');
 SELECT * FROM differ('SELECT * FROM %s.cust_priv WHERE w = 1 AND d = 2 AND c IN (3, 4)');
 

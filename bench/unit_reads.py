@@ -1,0 +1,103 @@
+#!/usr/bin/env python3
+"""Instructions per read of one join unit while a join migration runs, the
+unit migrated or still retired, the read sent as text (planned for one run)
+or prepared (its plan kept): what a computing read costs, and what its
+shortcut for a migrated unit saves and costs (docs/design.md section 3b,
+"A pinned join unit of a retired input").
+
+On a throwaway cluster: stock (2 warehouses x 5000 items) LEFT JOIN line
+(30000 lines) into line_stock, both inputs dropped (the TPC-C join's shape,
+smaller), no background worker; an UPDATE migrates the units of warehouse
+1's first 2000 items, warehouse 2's stay retired.  Then, in a single-user
+backend under valgrind's callgrind, N and then 3N reads of
+SELECT * FROM line_stock WHERE w = W AND i = I (I among the first 2000),
+and the figure is (I(3N) - I(N)) / 2N, so start-up cancels:
+
+  text       the statement sent with literal values, planned each time
+  prepared   PREPARE'd with $1 and $2, EXECUTE'd (plan_cache_mode auto: a
+             generic plan after the first five)
+
+each on a migrated unit (W = 1) and a retired one (W = 2).  The default
+leapfrog.read_mode, compute: the reads migrate nothing.  Two builds are
+compared by two invocations.  Needs valgrind.
+
+    .venv/bin/python bench/unit_reads.py [--reads 100]
+"""
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from statement_cost import Cluster, give_away, psycopg, run_single, statement  # noqa: E402
+from leapfrog_bench.settings import default_settings  # noqa: E402
+
+SETUP = """
+CREATE TABLE stock (w int, i int, qty int, PRIMARY KEY (w, i));
+INSERT INTO stock SELECT w, i, 100 FROM generate_series(1, 2) w, generate_series(1, 5000) i;
+CREATE TABLE line (id int PRIMARY KEY, sw int, si int, amount int);
+INSERT INTO line SELECT g, g % 2 + 1, g % 5000 + 1, g FROM generate_series(1, 30000) g;
+CREATE INDEX line_supply ON line (sw, si);
+ANALYZE stock, line;
+SELECT leapfrog.start('unit_reads', $$
+  CREATE TABLE line_stock (w int, i int, qty int, id int, amount int);
+  INSERT INTO line_stock SELECT s.w, s.i, s.qty, l.id, l.amount
+    FROM stock s LEFT JOIN line l ON l.sw = s.w AND l.si = s.i;
+  CREATE INDEX line_stock_wi ON line_stock (w, i);
+  DROP TABLE line;
+  DROP TABLE stock;
+$$);
+UPDATE line_stock SET qty = qty WHERE w = 1 AND i <= 2000;
+"""
+VARIANTS = [(how, unit) for how in ("text", "prepared") for unit in ("migrated", "retired")]
+
+
+def session(how, unit, reads):
+    w = 1 if unit == "migrated" else 2
+    items = [(k * 7) % 2000 + 1 for k in range(reads)]
+    if how == "text":
+        return "".join(statement(f"SELECT * FROM line_stock WHERE w = {w} AND i = {i}")
+                       for i in items)
+    return statement("PREPARE q(int, int) AS SELECT * FROM line_stock WHERE w = $1 AND i = $2") + \
+        "".join(statement(f"EXECUTE q({w}, {i})") for i in items)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--reads", type=int, default=100, help="N (the second run has 3N)")
+    args = ap.parse_args()
+    if not shutil.which("valgrind"):
+        sys.exit("unit_reads: needs valgrind (apt-get install valgrind)")
+    cl = Cluster(settings={**default_settings("512MB"), "leapfrog.background": "off"},
+                 preload=True, log=print)
+    work = tempfile.mkdtemp(prefix="leapfrog-reads-")
+    give_away(work)
+    try:
+        cl.init().start()
+        cl.wait_ready()
+        with psycopg.connect(cl.conninfo(), autocommit=True) as c:
+            c.execute("CREATE DATABASE reads")
+        with psycopg.connect(cl.conninfo(dbname="reads"), autocommit=True) as c:
+            c.execute("CREATE EXTENSION leapfrog")
+            c.execute(SETUP)
+        cl.stop()
+        per = {}
+        for how, unit in VARIANTS:
+            n = {}
+            for reads in (args.reads, 3 * args.reads):
+                n[reads], _ = run_single(cl, "reads", session(how, unit, reads), work,
+                                         f"{how}_{unit}_{reads}")
+            per[how, unit] = (n[3 * args.reads] - n[args.reads]) / (2 * args.reads)
+        print(f"\ninstructions per read of one join unit, {args.reads} and "
+              f"{3 * args.reads} reads:")
+        for how, unit in VARIANTS:
+            print(f"  {how:9s} {unit:9s} {per[how, unit]:12,.0f}")
+    finally:
+        cl.destroy()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
