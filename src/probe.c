@@ -279,9 +279,10 @@ has_parameter(Node *node)
  * plan is planned with the computing one, which pays where the plan is
  * kept (a prepared statement, PL/pgSQL, a driver's) and is a loss where it
  * is planned for one run.  A statement whose values are all literals is
- * usually sent as text, planned and run once: a pinned read of TPC-C's
- * join so cost 87k instructions more where it computed and 22k more where
- * it did not (about 920k without; bench/README.md).
+ * usually sent as text, planned and run once: a pinned read of a join
+ * unit so cost 86k instructions more where it computed and 30k more where
+ * it did not, of about 908k (bench/unit_reads.py).  The walk over the
+ * conditions for a parameter comes first: it is all such a read pays.
  */
 List *
 lf_retired_pin(LfMigration *mig, LfMapping *m, List *conds, int varno, List **values)
