@@ -95,6 +95,16 @@ def session(mig, strategy, passes):
     return "".join(out)
 
 
+def throwaway_cluster(prefix):
+    """A cluster for single-user runs (no background worker), not started,
+    and a work directory the server's user may write."""
+    cl = Cluster(settings={**default_settings("512MB"), "leapfrog.background": "off"},
+                 preload=True, log=print)
+    work = tempfile.mkdtemp(prefix=prefix)
+    give_away(work)
+    return cl, work
+
+
 def run_single(cl, db, text, work, tag):
     """Instructions of one single-user session, and its callgrind file."""
     path = os.path.join(work, tag + ".sql")
@@ -147,10 +157,7 @@ def main():
     mig = MIGRATIONS[args.migration]
     strategies = args.strategies.split(",")
     runs = [(s, n) for s in strategies for n in (args.passes, 3 * args.passes)]
-    cl = Cluster(settings={**default_settings("512MB"), "leapfrog.background": "off"},
-                 preload=True, log=print)
-    work = tempfile.mkdtemp(prefix="leapfrog-cost-")
-    give_away(work)
+    cl, work = throwaway_cluster("leapfrog-cost-")
     try:
         cl.init().start()
         cl.wait_ready()

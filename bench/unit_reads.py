@@ -27,11 +27,9 @@ import argparse
 import os
 import shutil
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from statement_cost import Cluster, give_away, psycopg, run_single, statement  # noqa: E402
-from leapfrog_bench.settings import default_settings  # noqa: E402
+from statement_cost import psycopg, run_single, statement, throwaway_cluster  # noqa: E402
 
 SETUP = """
 CREATE TABLE stock (w int, i int, qty int, PRIMARY KEY (w, i));
@@ -70,10 +68,7 @@ def main():
     args = ap.parse_args()
     if not shutil.which("valgrind"):
         sys.exit("unit_reads: needs valgrind (apt-get install valgrind)")
-    cl = Cluster(settings={**default_settings("512MB"), "leapfrog.background": "off"},
-                 preload=True, log=print)
-    work = tempfile.mkdtemp(prefix="leapfrog-reads-")
-    give_away(work)
+    cl, work = throwaway_cluster("leapfrog-reads-")
     try:
         cl.init().start()
         cl.wait_ready()

@@ -30,10 +30,11 @@
  * A computed row must also pass the new table's NOT NULL and CHECK
  * constraints, as migrating it would (leapfrog.check_computed).
  *
- * A read whose every branch pins one group of a mapping tracked by keys
- * also keeps the plan of the statement as written: where its snapshot sees
- * those groups migrated, the branches would compute nothing, and that plan
- * runs instead (lf_compute_shortcut).
+ * A read whose every branch pins one group of a mapping tracked by keys, or
+ * one join unit of a retired input (probe.c), also keeps the plan of the
+ * statement as written: where its snapshot sees those units migrated, the
+ * branches would compute nothing, and that plan runs instead
+ * (lf_compute_shortcut).
  *
  * Privileges: the caller's on the new table are checked on the first
  * branch, with the statement's own column set; the retired tables are the
@@ -410,7 +411,7 @@ mapping_branch(LfMapping *m, LfMigration *mig, RangeTblEntry *orig, int rti,
 	}
 	else if ((probe = lf_retired_pin(mig, m, mine, 1, &values)) != NIL)
 	{
-		/* a row or join key of a retired input (probe.c) */
+		/* a join unit of a retired input (probe.c) */
 		cx->pins = lappend(cx->pins, list_make4(makeInteger(mig->id), makeInteger(m->id),
 												values, probe));
 	}
@@ -743,7 +744,8 @@ lf_compute_plan(Query *parse, const char *query_string, int cursorOptions,
  * The plan qd should run instead of its computing plan, or NULL: where each
  * branch pins one group (lf_compute_plan), and qd's snapshot sees every
  * such group migrated, the branches compute nothing (their gates,
- * lf_live_pinned_gate, would find the keys with that snapshot), and the
+ * lf_live_pinned_gate, would find the keys with that snapshot; a join
+ * unit's retired input has no row for it, lf_retired_pin_gone), and the
  * statement as written, on the new tables alone, reads the same rows.
  * Their set-up was most of a key read's cost: TPC-C's Delivery reads an
  * order's total just after its UPDATE of the order's lines migrated it.

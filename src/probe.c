@@ -1,7 +1,8 @@
 /*-------------------------------------------------------------------------
  * probe.c
- *	  A relevance plan that is one btree index scan, run without the
- *	  executor.
+ *	  Look-ups of a retired input without the executor: a relevance plan
+ *	  that is one btree index scan, and whether the join unit a computing
+ *	  read pins is still retired.
  *
  * The commonest relevance plan is a point look-up: SELECT ctid FROM the
  * retired input WHERE its key = $1 (an UPDATE or a locking read by key, an
@@ -40,17 +41,17 @@
 #include "leapfrog.h"
 
 #include "access/genam.h"
+#include "access/htup_details.h"
 #include "access/relscan.h"
+#include "access/stratnum.h"
 #include "access/table.h"
 #include "access/tableam.h"
-#include "access/htup_details.h"
-#include "access/stratnum.h"
 #include "catalog/pg_am.h"
 #include "catalog/pg_index.h"
-#include "optimizer/optimizer.h"
-#include "nodes/nodeFuncs.h"
 #include "executor/executor.h"
 #include "executor/tuptable.h"
+#include "nodes/nodeFuncs.h"
+#include "optimizer/optimizer.h"
 #include "parser/parsetree.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
@@ -291,9 +292,8 @@ lf_retired_pin(LfMigration *mig, LfMapping *m, List *conds, int varno, List **va
 	int			best_n = 0;
 
 	*values = NIL;
-	if (!has_parameter((Node *) conds) || m->unmigrated != NULL || OidIsValid(m->done_keys) ||
-		m->kind != LF_MAP_JOIN ||
-		m->query->setOperations != NULL || lf_has_upstream(mig) ||
+	if (!has_parameter((Node *) conds) || m->kind != LF_MAP_JOIN ||
+		m->unmigrated != NULL || OidIsValid(m->done_keys) || lf_has_upstream(mig) ||
 		list_member_oid(mig->in_place_targets, m->target))
 		return NIL;
 	for (int j = 0; j < m->ninputs; j++)

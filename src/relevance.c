@@ -1377,7 +1377,6 @@ narrow_barrier(Query *q, int rti)
 
 	(void) query_tree_mutator(q, renumber_mutator, &cu, QTW_DONT_COPY_QUERY);
 	rte = rt_fetch(rti, q->rtable);
-	tlist = NIL;
 	forboth(lc, rte->subquery->targetList, lcn, rte->eref->colnames)
 	{
 		TargetEntry *tle = lfirst(lc);
