@@ -14,14 +14,20 @@ SELECT * FROM line_stock WHERE w = W AND i = I (I among the first 2000),
 and the figure is (I(3N) - I(N)) / 2N, so start-up cancels:
 
   text       the statement sent with literal values, planned each time
+  custom     PREPARE'd with $1 and $2, EXECUTE'd with plan_cache_mode =
+             force_custom_plan: planned for each run with its values, as
+             a driver's unnamed statement with parameters is (psycopg 3,
+             node-postgres, JDBC's first four runs)
   prepared   PREPARE'd with $1 and $2, EXECUTE'd (plan_cache_mode auto: a
              generic plan after the first five)
 
-each on a migrated unit (W = 1) and a retired one (W = 2).  The default
+each on a migrated unit (W = 1), a retired one (W = 2), and, the control,
+the same rows in a plain table (plain_stock, what the read costs once the
+migration is done).  The default
 leapfrog.read_mode, compute: the reads migrate nothing.  Two builds are
 compared by two invocations.  Needs valgrind.
 
-    .venv/bin/python bench/unit_reads.py [--reads 100]
+    .venv/bin/python bench/unit_reads.py [--reads 100] [--keep DIR]
 """
 import argparse
 import os
@@ -37,7 +43,10 @@ INSERT INTO stock SELECT w, i, 100 FROM generate_series(1, 2) w, generate_series
 CREATE TABLE line (id int PRIMARY KEY, sw int, si int, amount int);
 INSERT INTO line SELECT g, g % 2 + 1, g % 5000 + 1, g FROM generate_series(1, 30000) g;
 CREATE INDEX line_supply ON line (sw, si);
-ANALYZE stock, line;
+CREATE TABLE plain_stock AS SELECT s.w, s.i, s.qty, l.id, l.amount
+  FROM stock s LEFT JOIN line l ON l.sw = s.w AND l.si = s.i;
+CREATE INDEX plain_stock_wi ON plain_stock (w, i);
+ANALYZE stock, line, plain_stock;
 SELECT leapfrog.start('unit_reads', $$
   CREATE TABLE line_stock (w int, i int, qty int, id int, amount int);
   INSERT INTO line_stock SELECT s.w, s.i, s.qty, l.id, l.amount
@@ -48,16 +57,20 @@ SELECT leapfrog.start('unit_reads', $$
 $$);
 UPDATE line_stock SET qty = qty WHERE w = 1 AND i <= 2000;
 """
-VARIANTS = [(how, unit) for how in ("text", "prepared") for unit in ("migrated", "retired")]
+VARIANTS = [(how, unit) for how in ("text", "custom", "prepared")
+            for unit in ("migrated", "retired", "plain")]
 
 
 def session(how, unit, reads):
     w = 1 if unit == "migrated" else 2
+    table = "plain_stock" if unit == "plain" else "line_stock"
     items = [(k * 7) % 2000 + 1 for k in range(reads)]
     if how == "text":
-        return "".join(statement(f"SELECT * FROM line_stock WHERE w = {w} AND i = {i}")
+        return "".join(statement(f"SELECT * FROM {table} WHERE w = {w} AND i = {i}")
                        for i in items)
-    return statement("PREPARE q(int, int) AS SELECT * FROM line_stock WHERE w = $1 AND i = $2") + \
+    custom = statement("SET plan_cache_mode = force_custom_plan") if how == "custom" else ""
+    return custom + \
+        statement(f"PREPARE q(int, int) AS SELECT * FROM {table} WHERE w = $1 AND i = $2") + \
         "".join(statement(f"EXECUTE q({w}, {i})") for i in items)
 
 
@@ -65,6 +78,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--reads", type=int, default=100, help="N (the second run has 3N)")
+    ap.add_argument("--keep", metavar="DIR", help="copy the callgrind files into DIR")
     args = ap.parse_args()
     if not shutil.which("valgrind"):
         sys.exit("unit_reads: needs valgrind (apt-get install valgrind)")
@@ -79,16 +93,22 @@ def main():
             c.execute(SETUP)
         cl.stop()
         per = {}
+        files = []
         for how, unit in VARIANTS:
             n = {}
             for reads in (args.reads, 3 * args.reads):
-                n[reads], _ = run_single(cl, "reads", session(how, unit, reads), work,
+                n[reads], f = run_single(cl, "reads", session(how, unit, reads), work,
                                          f"{how}_{unit}_{reads}")
+                files.append(f)
             per[how, unit] = (n[3 * args.reads] - n[args.reads]) / (2 * args.reads)
         print(f"\ninstructions per read of one join unit, {args.reads} and "
               f"{3 * args.reads} reads:")
         for how, unit in VARIANTS:
             print(f"  {how:9s} {unit:9s} {per[how, unit]:12,.0f}")
+        if args.keep:
+            os.makedirs(args.keep, exist_ok=True)
+            for f in files:
+                shutil.copy(f, args.keep)
     finally:
         cl.destroy()
         shutil.rmtree(work, ignore_errors=True)
