@@ -31,10 +31,12 @@
  * constraints, as migrating it would (leapfrog.check_computed).
  *
  * A read whose every branch pins one group of a mapping tracked by keys, or
- * one join unit of a retired input (probe.c), also keeps the plan of the
- * statement as written: where its snapshot sees those units migrated, the
- * branches would compute nothing, and that plan runs instead
- * (lf_compute_shortcut).
+ * one join unit of a retired input (probe.c), may run the plan of the
+ * statement as written instead: where its snapshot sees those units
+ * migrated, the branches would compute nothing.  With values known at
+ * planning (literals, a custom plan's parameters) the planning snapshot
+ * chooses the one plan to make; a generic plan carries both; either way the
+ * run's snapshot has the last word (lf_compute_plan, lf_compute_shortcut).
  *
  * Privileges: the caller's on the new table are checked on the first
  * branch, with the statement's own column set; the retired tables are the
@@ -699,73 +701,85 @@ target_scans(PlannedStmt *stmt)
 }
 
 /*
- * Plan parse (a plain read of new tables, not modified) the computing way,
- * or return NULL if it cannot be computed.  The caller has locked the
- * retired inputs of the new tables it reads, and the cache is current.
+ * Set while a plain plan is planned again for a snapshot that sees a unit it
+ * pins retired (lf_compute_shortcut): plan the computing way, no look-up.
  */
-PlannedStmt *
-lf_compute_plan(Query *parse, const char *query_string, int cursorOptions,
-				ParamListInfo boundParams, planner_hook_type next)
+static bool replanning_retired = false;
+
+/* Does the tree hold a parameter of the statement ($n, a PL/pgSQL variable)? */
+static bool
+has_parameter_walker(Node *node, void *cx)
 {
-	Query	   *copy;
-	ComputeCtx	cx = {true, 0, NIL, NIL, false};
-	PlannedStmt *stmt;
-	PlannedStmt *plain;
+	if (node == NULL)
+		return false;
+	if (IsA(node, Param))
+		return ((Param *) node)->paramkind == PARAM_EXTERN;
+	return expression_tree_walker(node, has_parameter_walker, cx);
+}
 
-	if (parse->commandType != CMD_SELECT || parse->hasModifyingCTE || parse->hasForUpdate)
-		return NULL;
-	copy = copyObject(parse);
-	(void) rewrite_walker((Node *) copy, &cx);
-	if (!cx.ok || cx.rewritten == 0)
-		return NULL;
-	stmt = next ? next(copy, query_string, cursorOptions, boundParams)
-		: standard_planner(copy, query_string, cursorOptions, boundParams);
-	/* a new table read by an inlined SQL function was not rewritten */
-	if (target_scans(stmt) != cx.rewritten)
-		return NULL;
-	if (cx.pins == NIL || cx.unpinned)
-		return lf_wrap_plan(stmt, NIL, cx.descs, NULL, NIL);
+/* Does a value pins pin hold one? */
+static bool
+pins_have_parameter(List *pins)
+{
+	ListCell   *lc;
 
-	/*
-	 * Every branch pins one group: the plan of the statement as written,
-	 * reading the new tables alone, for when those groups are migrated
-	 * (lf_compute_shortcut).
-	 */
-	plain = next ? next(parse, query_string, cursorOptions, boundParams)
-		: standard_planner(parse, query_string, cursorOptions, boundParams);
-	stmt->relationOids = list_concat_unique_oid(stmt->relationOids, plain->relationOids);
-	stmt->invalItems = list_concat(stmt->invalItems, plain->invalItems);
-	stmt->transientPlan |= plain->transientPlan;
-	stmt->dependsOnRole |= plain->dependsOnRole;
-	return lf_wrap_plan(stmt, NIL, cx.descs, NULL, list_make2(cx.pins, plain));
+	foreach(lc, pins)
+	{
+		if (has_parameter_walker((Node *) lthird((List *) lfirst(lc)), NULL))
+			return true;
+	}
+	return false;
 }
 
 /*
- * The plan qd should run instead of its computing plan, or NULL: where each
- * branch pins one group (lf_compute_plan), and qd's snapshot sees every
- * such group migrated, the branches compute nothing (their gates,
- * lf_live_pinned_gate, would find the keys with that snapshot; a join
- * unit's retired input has no row for it, lf_retired_pin_gone), and the
- * statement as written, on the new tables alone, reads the same rows.
- * Their set-up was most of a key read's cost: TPC-C's Delivery reads an
- * order's total just after its UPDATE of the order's lines migrated it.
- * The snapshot decides, not the trigger's memo of the groups this
- * transaction migrated: a function of the writing statement reads on a
- * snapshot that cannot see the group it migrated.
+ * Are the pins' values known as the statement is planned: literals, or
+ * parameters whose values the planner has (a custom plan)?
  */
-PlannedStmt *
-lf_compute_shortcut(QueryDesc *qd)
+static bool
+pins_known(List *pins, ParamListInfo params)
 {
-	List	   *shortcut = lf_plan_shortcut(qd->plannedstmt);
+	ListCell   *lc;
+	ListCell   *lv;
+
+	foreach(lc, pins)
+	{
+		foreach(lv, (List *) lthird((List *) lfirst(lc)))
+		{
+			Node	   *e = lfirst(lv);
+			Param	   *p = (Param *) e;
+			ParamExternData workspace;
+			ParamExternData *prm;
+
+			if (IsA(e, Const))
+				continue;
+			if (!IsA(e, Param) || p->paramkind != PARAM_EXTERN || params == NULL ||
+				p->paramid <= 0 || p->paramid > params->numParams)
+				return false;
+			prm = params->paramFetch ? params->paramFetch(params, p->paramid, true, &workspace)
+				: &params->params[p->paramid - 1];
+			if (!OidIsValid(prm->ptype) || prm->ptype != p->paramtype)
+				return false;
+		}
+	}
+	return true;
+}
+
+/*
+ * Does snap see every unit pins pins migrated: each join unit's retired
+ * input without a row for it (lf_retired_pin_gone), each group among the
+ * migrated keys (lf_live_done_at)?  Not if a migration completed meanwhile
+ * or a value is NULL.
+ */
+static bool
+pins_gone(List *pins, ParamListInfo params, Snapshot snap)
+{
 	EState	   *estate = NULL;
 	ListCell   *lc;
 	bool		all = true;
 
-	if (shortcut == NIL || qd->snapshot == InvalidSnapshot)
-		return NULL;
 	if (!lf_cache_valid)
 		lf_cache_load();
-	foreach(lc, (List *) linitial(shortcut))
+	foreach(lc, pins)
 	{
 		List	   *pin = lfirst(lc);
 		LfMigration *mig = lf_migration_by_id(intVal(linitial(pin)));
@@ -775,38 +789,168 @@ lf_compute_shortcut(QueryDesc *qd)
 		Datum		key[LF_KEY_MAX];
 		bool		nulls[INDEX_MAX_KEYS];
 
-		/* completed meanwhile: the computing plan knows what to do */
 		if (m == NULL || (probe == NIL && list_length(lthird(pin)) != m->nkeys))
 		{
 			all = false;
 			break;
 		}
-		lf_live_eval_pinned(lthird(pin), qd->params, &estate, key, nulls);
+		lf_live_eval_pinned(lthird(pin), params, &estate, key, nulls);
 		for (int k = 0; k < list_length(lthird(pin)); k++)
 			all &= !nulls[k];
-		if (all && probe != NIL)
-		{
-			/* (still retired: the branch computes it) */
-			if (!lf_retired_pin_gone(probe, key, qd->snapshot))
-			{
-				all = false;
-				break;
-			}
-			continue;
-		}
-		key[m->nkeys] = UInt32GetDatum(0);
-		lf_key_set_row(m->nkeys, key, 0, NULL);
-
-		/* (a group not migrated: the gate finds the answer, lf_live_done_at) */
-		if (!all || !lf_live_done_at(m, key, qd->snapshot))
-		{
-			all = false;
+		if (!all)
 			break;
+		if (probe != NIL)
+			all = lf_retired_pin_gone(probe, key, snap);
+		else
+		{
+			key[m->nkeys] = UInt32GetDatum(0);
+			lf_key_set_row(m->nkeys, key, 0, NULL);
+			all = lf_live_done_at(m, key, snap);
 		}
+		if (!all)
+			break;
 	}
 	if (estate)
 		FreeExecutorState(estate);
-	return all ? lsecond(shortcut) : NULL;
+	return all;
+}
+
+/*
+ * Plan parse (a plain read of new tables, not modified) the computing way,
+ * or return NULL if it cannot be computed.  The caller has locked the
+ * retired inputs of the new tables it reads, and the cache is current.
+ *
+ * Where every branch pins one unit (a group, a join unit), the statement
+ * as written, on the new tables alone, reads the same rows once those units
+ * are migrated.  If the pinned values are known now (literals, a custom
+ * plan's parameters: a plan made for one run, mostly), the active snapshot
+ * decides which one plan to make: the plain one where it sees the units
+ * migrated (keeping parse, to plan the computing way at executor start if
+ * the run's snapshot does not: the plan may be kept, and run after a
+ * rollback), else the computing one.  Otherwise (a generic plan, whose
+ * parameters come at each run) both are made, and each run's snapshot
+ * chooses (lf_compute_shortcut); not for values that hold no parameter (a
+ * stable function of literals), which would pay the second plan at every
+ * planning for one run.
+ */
+PlannedStmt *
+lf_compute_plan(Query *parse, const char *query_string, int cursorOptions,
+				ParamListInfo boundParams, planner_hook_type next)
+{
+	Query	   *copy;
+	ComputeCtx	cx = {true, 0, NIL, NIL, false};
+	PlannedStmt *stmt;
+	PlannedStmt *plain;
+	bool		pinned;
+	bool		known;
+
+	if (parse->commandType != CMD_SELECT || parse->hasModifyingCTE || parse->hasForUpdate)
+		return NULL;
+	copy = copyObject(parse);
+	(void) rewrite_walker((Node *) copy, &cx);
+	if (!cx.ok || cx.rewritten == 0)
+		return NULL;
+	pinned = cx.pins != NIL && !cx.unpinned;
+	known = pinned && pins_known(cx.pins, boundParams);
+	if (known && !replanning_retired && ActiveSnapshotSet() &&
+		pins_gone(cx.pins, boundParams, GetActiveSnapshot()))
+	{
+		ListCell   *lc;
+
+		plain = next ? next(copyObject(parse), query_string, cursorOptions, boundParams)
+			: standard_planner(copyObject(parse), query_string, cursorOptions, boundParams);
+		/* a new table read by an inlined SQL function (as below) */
+		if (target_scans(plain) != cx.rewritten)
+			return NULL;
+		/* the inputs' end (complete()) ends the plan */
+		foreach(lc, cx.pins)
+		{
+			LfMapping  *m = lf_mapping_by_id(lf_migration_by_id(intVal(linitial((List *) lfirst(lc)))),
+											 intVal(lsecond((List *) lfirst(lc))));
+
+			for (int j = 0; j < m->ninputs; j++)
+				plain->relationOids = list_append_unique_oid(plain->relationOids, m->inputs[j]);
+		}
+		return lf_wrap_plan(plain, NIL, NIL, parse, list_make2(cx.pins, NULL));
+	}
+	stmt = next ? next(copy, query_string, cursorOptions, boundParams)
+		: standard_planner(copy, query_string, cursorOptions, boundParams);
+	/* a new table read by an inlined SQL function was not rewritten */
+	if (target_scans(stmt) != cx.rewritten)
+		return NULL;
+	if (!pinned || known || !pins_have_parameter(cx.pins))
+		return lf_wrap_plan(stmt, NIL, cx.descs, NULL, NIL);
+
+	/* the plan of the statement as written, for runs that see the units migrated */
+	plain = next ? next(parse, query_string, cursorOptions, boundParams)
+		: standard_planner(parse, query_string, cursorOptions, boundParams);
+	stmt->relationOids = list_concat_unique_oid(stmt->relationOids, plain->relationOids);
+	stmt->invalItems = list_concat(stmt->invalItems, plain->invalItems);
+	stmt->transientPlan |= plain->transientPlan;
+	stmt->dependsOnRole |= plain->dependsOnRole;
+	stmt = lf_wrap_plan(stmt, NIL, cx.descs, NULL, list_make2(cx.pins, plain));
+
+	/*
+	 * The plan cache keeps a generic plan only if it costs less than the
+	 * custom plans did, and a custom plan made where the units were migrated
+	 * is the plain plan alone.  This one runs that plan wherever they are,
+	 * and the computing one (a custom plan's too) where they are not: it
+	 * costs what the plain plan costs.
+	 */
+	stmt->planTree->startup_cost = Min(stmt->planTree->startup_cost,
+									   plain->planTree->startup_cost);
+	stmt->planTree->total_cost = Min(stmt->planTree->total_cost, plain->planTree->total_cost);
+	return stmt;
+}
+
+/*
+ * The plan qd should run instead of the one it has, or NULL.  A computing
+ * plan that also carries the plain one (lf_compute_plan) runs the plain one
+ * where qd's snapshot sees every unit it pins migrated: the branches would
+ * compute nothing (their gates, lf_live_pinned_gate, would find the keys
+ * with that snapshot; a join unit's retired input has no row for it), and
+ * the statement as written, on the new tables alone, reads the same rows.
+ * Their set-up was most of a key read's cost: TPC-C's Delivery reads an
+ * order's total just after its UPDATE of the order's lines migrated it.  A
+ * plain plan made because the planning snapshot saw the units migrated is
+ * planned again where qd's snapshot does not (a kept plan run after the
+ * rollback of the transaction that migrated them, or on an older
+ * snapshot): the computing way, or the migrating way if reads migrate now.
+ * The snapshot decides, not the trigger's memo of the groups this
+ * transaction migrated: a function of the writing statement reads on a
+ * snapshot that cannot see the group it migrated.
+ */
+PlannedStmt *
+lf_compute_shortcut(QueryDesc *qd, int eflags)
+{
+	List	   *shortcut = lf_plan_shortcut(qd->plannedstmt);
+	PlannedStmt *stmt = NULL;
+
+	if (shortcut == NIL || qd->snapshot == InvalidSnapshot)
+		return NULL;
+	if (pins_gone(linitial(shortcut), qd->params, qd->snapshot))
+	{
+		if (lsecond(shortcut) != NULL)
+			return lsecond(shortcut);
+		/* this plain plan, without our node (the executor never writes a plan) */
+		stmt = palloc(sizeof(PlannedStmt));
+		memcpy(stmt, qd->plannedstmt, sizeof(PlannedStmt));
+		stmt->planTree = outerPlan(stmt->planTree);
+		return stmt;
+	}
+	if (lsecond(shortcut) != NULL)
+		return NULL;
+	replanning_retired = true;
+	PG_TRY();
+	{
+		stmt = lf_replan(qd, lf_plan_query(qd->plannedstmt), eflags);
+	}
+	PG_FINALLY();
+	{
+		replanning_retired = false;
+	}
+	PG_END_TRY();
+	return stmt;
 }
 
 /*

@@ -465,7 +465,7 @@ extern bool lf_compute_wanted(void);
 extern PlannedStmt *lf_compute_plan(Query *parse, const char *query_string,
 									int cursorOptions, ParamListInfo boundParams,
 									planner_hook_type next);
-extern PlannedStmt *lf_compute_shortcut(QueryDesc *qd);
+extern PlannedStmt *lf_compute_shortcut(QueryDesc *qd, int eflags);
 
 /*
  * One relevance plan: returns the ctids of input rows of `input` that the
@@ -518,6 +518,7 @@ extern void lf_snapshot_predates(const char *migration, const char *detail) pg_a
 
 /* migrate.c */
 extern void lf_install_executor_hook(void);
+extern PlannedStmt *lf_replan(QueryDesc *qd, Query *query, int eflags);
 extern int	lf_tid_cmp(const void *a, const void *b);
 extern int	lf_tids_sort_unique(ItemPointerData *tids, int n);
 extern uint64 lf_migrate_rows(LfMigration *mig, Oid input, LfMapping *only, ItemPointer tids,

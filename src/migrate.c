@@ -2362,22 +2362,20 @@ prepare_statement(QueryDesc *qd, List *items)
 }
 
 /*
- * The computing plan of qd's plain read, or NULL if it cannot be computed
- * (then the planner hook plans it the migrating way again).
+ * query planned again for qd's run, as the planner hook plans it now (the
+ * computing way where reads compute), with qd's parameters and the cursor
+ * options its plan was made with.
  */
-static PlannedStmt *
-lf_replan_computing(QueryDesc *qd, int eflags)
+PlannedStmt *
+lf_replan(QueryDesc *qd, Query *query, int eflags)
 {
-	PlannedStmt *stmt;
 	int			options = 0;
 
 	if (qd->plannedstmt->parallelModeNeeded)
 		options |= CURSOR_OPT_PARALLEL_OK;
 	if (eflags & EXEC_FLAG_BACKWARD)
 		options |= CURSOR_OPT_SCROLL;
-	stmt = planner(copyObject(lf_plan_query(qd->plannedstmt)), qd->sourceText, options,
-				   qd->params);
-	return lf_plan_items(stmt) == NIL ? stmt : NULL;
+	return planner(copyObject(query), qd->sourceText, options, qd->params);
 }
 
 /*
@@ -2421,9 +2419,10 @@ lf_ExecutorStart(QueryDesc *qd, int eflags)
 		 */
 		if (items != NIL && lf_plan_query(qd->plannedstmt) && lf_compute_wanted())
 		{
-			PlannedStmt *computed = lf_replan_computing(qd, eflags);
+			PlannedStmt *computed = lf_replan(qd, lf_plan_query(qd->plannedstmt), eflags);
 
-			if (computed)
+			/* (else it cannot be computed: planned the migrating way again) */
+			if (lf_plan_items(computed) == NIL)
 			{
 				qd->plannedstmt = computed;
 				items = NIL;
@@ -2431,15 +2430,19 @@ lf_ExecutorStart(QueryDesc *qd, int eflags)
 		}
 
 		/*
-		 * A computing plan whose groups qd's snapshot sees migrated: its
-		 * plain plan (EXPLAIN without ANALYZE shows what may compute).
+		 * A computing plan whose units qd's snapshot sees migrated: its plain
+		 * plan; a plain plan whose units it sees retired: planned again
+		 * (EXPLAIN without ANALYZE shows the plan as made).
 		 */
 		if (items == NIL && !(eflags & EXEC_FLAG_EXPLAIN_ONLY))
 		{
-			PlannedStmt *plain = lf_compute_shortcut(qd);
+			PlannedStmt *other = lf_compute_shortcut(qd, eflags);
 
-			if (plain)
-				qd->plannedstmt = plain;
+			if (other)
+			{
+				qd->plannedstmt = other;
+				items = lf_plan_items(other);
+			}
 		}
 		if (eflags & EXEC_FLAG_EXPLAIN_ONLY)
 			;					/* plain EXPLAIN migrates nothing */

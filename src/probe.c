@@ -241,27 +241,10 @@ pinned_value(List *conds, int varno, AttrNumber att, Oid opno, Oid coll, Oid typ
 	return NULL;
 }
 
-/* Does the tree hold a parameter of the statement ($n, a PL/pgSQL variable)? */
-static bool
-has_parameter_walker(Node *node, void *cx)
-{
-	if (node == NULL)
-		return false;
-	if (IsA(node, Param))
-		return ((Param *) node)->paramkind == PARAM_EXTERN;
-	return expression_tree_walker(node, has_parameter_walker, cx);
-}
-
-static bool
-has_parameter(Node *node)
-{
-	return has_parameter_walker(node, NULL);
-}
-
 /*
- * The look-up (index, operators, collations) that tells whether the unit
- * of join mapping m that conds pin (the statement's conjuncts on the
- * target, whose Vars varno read its columns) is still retired; *values:
+ * The look-up (index, operators, collations, input) that tells whether
+ * the unit of join mapping m that conds pin (the statement's conjuncts on
+ * the target, whose Vars varno read its columns) is still retired; *values:
  * the values of the index's leading columns.  NIL if conds pin none: the
  * input is not a plain retired table (live, filled by an earlier migration,
  * altered in place), no btree index's first column is pinned.  The index
@@ -276,14 +259,9 @@ has_parameter(Node *node)
  * more with row mappings pinned too).  The test on m->kind is all that
  * keeps them out.
  *
- * And only where a pinned value is a parameter of the statement: the plain
- * plan is planned with the computing one, which pays where the plan is
- * kept (a prepared statement, PL/pgSQL, a driver's) and is a loss where it
- * is planned for one run.  A statement whose values are all literals is
- * usually sent as text, planned and run once: a pinned read of a join
- * unit so cost 86k instructions more where it computed and 30k more where
- * it did not, of about 908k (bench/unit_reads.py).  The walk over the
- * conditions for a parameter comes first: it is all such a read pays.
+ * When the values are known (literals, a custom plan's parameters), the
+ * computing read decides with its planning snapshot which plan to make;
+ * otherwise it makes both (compute.c, lf_compute_plan).
  */
 List *
 lf_retired_pin(LfMigration *mig, LfMapping *m, List *conds, int varno, List **values)
@@ -292,7 +270,7 @@ lf_retired_pin(LfMigration *mig, LfMapping *m, List *conds, int varno, List **va
 	int			best_n = 0;
 
 	*values = NIL;
-	if (!has_parameter((Node *) conds) || m->kind != LF_MAP_JOIN ||
+	if (m->kind != LF_MAP_JOIN ||
 		m->unmigrated != NULL || OidIsValid(m->done_keys) || lf_has_upstream(mig) ||
 		list_member_oid(mig->in_place_targets, m->target))
 		return NIL;
@@ -335,10 +313,11 @@ lf_retired_pin(LfMigration *mig, LfMapping *m, List *conds, int varno, List **va
 					colls = lappend_oid(colls, idx->rd_indcollation[p]);
 				}
 			}
-			if (list_length(vals) > best_n && has_parameter((Node *) vals))
+			if (list_length(vals) > best_n)
 			{
 				best_n = list_length(vals);
-				best = list_make3(makeInteger((int) RelationGetRelid(idx)), ops, colls);
+				best = list_make4(makeInteger((int) RelationGetRelid(idx)), ops, colls,
+								  makeInteger((int) rte->relid));
 				*values = vals;
 			}
 			index_close(idx, AccessShareLock);
@@ -351,13 +330,16 @@ lf_retired_pin(LfMigration *mig, LfMapping *m, List *conds, int varno, List **va
 
 /*
  * Does snap see no row of the retired input with the pinned values
- * (lf_retired_pin's look-up; values evaluated, none NULL)?
+ * (lf_retired_pin's look-up; values evaluated, none NULL)?  False too if
+ * the input is gone: its migration completed, which the caller's plan
+ * learns when it is planned again (a plain plan holds no lock on the input
+ * until here).
  */
 bool
 lf_retired_pin_gone(List *pin, Datum *values, Snapshot snap)
 {
-	Relation	index = index_open((Oid) intVal(linitial(pin)), AccessShareLock);
-	Relation	heap = table_open(index->rd_index->indrelid, AccessShareLock);
+	Relation	heap = try_table_open((Oid) intVal(lfourth(pin)), AccessShareLock);
+	Relation	index;
 	List	   *ops = lsecond(pin);
 	List	   *colls = lthird(pin);
 	int			n = list_length(ops);
@@ -366,6 +348,9 @@ lf_retired_pin_gone(List *pin, Datum *values, Snapshot snap)
 	TupleTableSlot *slot;
 	bool		gone;
 
+	if (heap == NULL)
+		return false;
+	index = index_open((Oid) intVal(linitial(pin)), AccessShareLock);
 	for (int p = 0; p < n; p++)
 		ScanKeyEntryInitialize(&keys[p], 0, p + 1, BTEqualStrategyNumber,
 							   index->rd_opcintype[p], list_nth_oid(colls, p),
@@ -376,7 +361,7 @@ lf_retired_pin_gone(List *pin, Datum *values, Snapshot snap)
 	gone = !index_getnext_slot(scan, ForwardScanDirection, slot);
 	index_endscan(scan);
 	ExecDropSingleTupleTableSlot(slot);
-	table_close(heap, NoLock);
 	index_close(index, NoLock);
+	table_close(heap, NoLock);
 	return gone;
 }

@@ -3,13 +3,16 @@
 -- retired input (its conditions give the leading columns of an input
 -- index, copied unchanged, a value) runs the statement as written on the
 -- new table alone where its snapshot sees that unit migrated (probe.c,
--- lf_retired_pin; compute.c, lf_compute_shortcut), and computes it
--- otherwise.  Each read is compared with the eager copy; computes() says
--- whether the plan that ran computed.  Units by either input's key, a key
--- prefix, secondary indexes, a collation, the writer's own transaction (and
--- its rollback), generic plans, NULL, conditions that pin nothing, values
--- that are all literals, a read of two occurrences; and row mappings, which
--- are not pinned.
+-- lf_retired_pin; compute.c, lf_compute_plan and lf_compute_shortcut),
+-- and computes it otherwise.  Values known as it is planned (literals, a
+-- custom plan's parameters) let the planning snapshot choose the one plan
+-- to make; a generic plan carries both.  Each read is compared with the
+-- eager copy; computes() says whether the plan that ran computed.  Units by
+-- either input's key, a key prefix, secondary indexes, a collation, the
+-- writer's own transaction (and its rollback), a plain plan kept past the
+-- rollback of the migration it saw, custom and generic plans and the plan
+-- cache's choice, NULL, conditions that pin nothing, a read of two
+-- occurrences; and row mappings, which are not pinned.
 --
 CREATE SCHEMA pn_eager;
 CREATE SCHEMA pn_lazy;
@@ -52,18 +55,27 @@ SELECT public.regress_eager(:'setup');
 SELECT leapfrog.start('pinned', :'script');
 SET leapfrog.read_mode = compute;
 
--- q prepared (its values are parameters: a literal pins nothing, probe.c)
--- and run with args under EXPLAIN ANALYZE: did the plan that ran compute?
-CREATE FUNCTION pn_lazy.computes(q text, VARIADIC args text[] DEFAULT '{}') RETURNS boolean
+-- q prepared and run with args under EXPLAIN ANALYZE (its first run: a
+-- custom plan, unless plan_cache_mode says otherwise): did the plan that
+-- ran compute?  ran_computing(s): the same for statement s itself.
+CREATE FUNCTION pn_lazy.ran_computing(s text) RETURNS boolean
 LANGUAGE plpgsql AS $$
 DECLARE l text; c boolean := false;
 BEGIN
-  EXECUTE 'PREPARE pn_q AS ' || q;
-  FOR l IN EXECUTE 'EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) EXECUTE pn_q' ||
-      CASE WHEN cardinality(args) = 0 THEN '' ELSE
-        '(' || (SELECT string_agg(coalesce(quote_literal(a), 'NULL'), ', ') FROM unnest(args) a) || ')' END LOOP
+  FOR l IN EXECUTE 'EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) ' || s LOOP
     c := c OR l LIKE '%Computes:%';
   END LOOP;
+  RETURN c;
+END $$;
+CREATE FUNCTION pn_lazy.regress_lines(s text) RETURNS SETOF text
+LANGUAGE plpgsql AS $$ BEGIN RETURN QUERY EXECUTE s; END $$;
+CREATE FUNCTION pn_lazy.computes(q text, VARIADIC args text[] DEFAULT '{}') RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE c boolean;
+BEGIN
+  EXECUTE 'PREPARE pn_q AS ' || q;
+  c := ran_computing('EXECUTE pn_q' || CASE WHEN cardinality(args) = 0 THEN '' ELSE
+        '(' || (SELECT string_agg(coalesce(quote_literal(a), 'NULL'), ', ') FROM unnest(args) a) || ')' END);
   DEALLOCATE pn_q;
   RETURN c;
 END $$;
@@ -92,9 +104,12 @@ SELECT computes('SELECT * FROM line_stock WHERE w = $1 AND i = $2', '2', '7');
 SELECT * FROM differ('SELECT * FROM %s.line_stock WHERE w = 2 AND i = 7');
 SELECT computes('SELECT * FROM line_stock WHERE i = $2 AND $1 = w', '2', '7');
 SELECT computes('SELECT count(*) FROM line_stock WHERE w = $1 AND i = $2', '2', '7');
--- one literal is enough beside a parameter; literals alone pin nothing
+-- literals, prepared or run as they are, and a literal beside a parameter
 SELECT computes('SELECT * FROM line_stock WHERE w = 2 AND i = $1', '7');
 SELECT computes('SELECT * FROM line_stock WHERE w = 2 AND i = 7');
+SELECT ran_computing('SELECT * FROM line_stock WHERE w = 2 AND i = 7');
+SELECT ran_computing('SELECT * FROM line_stock WHERE w = 2 AND i = 8');
+SELECT * FROM differ('SELECT * FROM %s.line_stock WHERE w = 2 AND i IN (7, 8)');
 -- the key's first column alone: other units of warehouse 2 are retired
 SELECT computes('SELECT * FROM line_stock WHERE w = $1', '2');
 SELECT * FROM differ('SELECT * FROM %s.line_stock WHERE w = 2');
@@ -118,6 +133,18 @@ EXECUTE unit(2, 9);
 EXECUTE unit(NULL, 7);
 RESET plan_cache_mode;
 
+-- Custom plans decide as they are planned; the plan cache still settles on
+-- the generic plan (which costs what the plain plan costs) after five.
+SET plan_cache_mode = force_custom_plan;
+SELECT computes('SELECT w, i, qty, id FROM line_stock WHERE w = $1 AND i = $2', '2', '7');
+SELECT computes('SELECT w, i, qty, id FROM line_stock WHERE w = $1 AND i = $2', '2', '9');
+RESET plan_cache_mode;
+PREPARE auto5(int, int) AS SELECT w, i, qty, id FROM line_stock WHERE w = $1 AND i = $2;
+DO $$ BEGIN FOR k IN 1..6 LOOP EXECUTE 'EXECUTE auto5(2, 7)'; END LOOP; END $$;
+SELECT bool_or(l LIKE '%(w = $1) AND (i = $2)%') AS generic
+  FROM regress_lines('EXPLAIN (COSTS OFF) EXECUTE auto5(2, 7)') l;
+DEALLOCATE auto5;
+
 -- The writer's own transaction sees its migration; after a rollback the
 -- unit is retired again.
 BEGIN;
@@ -127,6 +154,30 @@ SELECT * FROM differ('SELECT * FROM %s.line_stock WHERE w = 3 AND i = 3');
 ROLLBACK;
 SELECT computes('SELECT * FROM line_stock WHERE w = $1 AND i = $2', '3', '3');
 SELECT * FROM differ('SELECT * FROM %s.line_stock WHERE w = 3 AND i = 3');
+
+-- A plain plan made where the unit was migrated, kept past the rollback of
+-- the migration (or of its savepoint): planned again as it runs, computing.
+BEGIN;
+SELECT run_both('UPDATE %s.line_stock SET qty = qty + 1 WHERE w = 3 AND i = 4');
+PREPARE kept AS SELECT w, i, qty, id FROM line_stock WHERE w = 3 AND i = 4 ORDER BY id;
+SELECT ran_computing('EXECUTE kept');
+EXECUTE kept;
+ROLLBACK;
+SELECT ran_computing('EXECUTE kept');
+EXECUTE kept;
+SELECT w, i, qty, id FROM pn_eager.line_stock WHERE w = 3 AND i = 4 ORDER BY id;
+DEALLOCATE kept;
+BEGIN;
+SAVEPOINT s;
+SELECT run_both('UPDATE %s.line_stock SET qty = qty + 1 WHERE w = 3 AND i = 5');
+PREPARE kept AS SELECT w, i, qty, id FROM line_stock WHERE w = 3 AND i = 5 ORDER BY id;
+SELECT ran_computing('EXECUTE kept');
+ROLLBACK TO s;
+SELECT ran_computing('EXECUTE kept');
+EXECUTE kept;
+SELECT w, i, qty, id FROM pn_eager.line_stock WHERE w = 3 AND i = 5 ORDER BY id;
+COMMIT;
+DEALLOCATE kept;
 
 -- Secondary indexes of either input, and a collation other than the
 -- index's: lines 19 and 22 have amounts 19 and 22
