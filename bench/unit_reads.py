@@ -1,17 +1,23 @@
 #!/usr/bin/env python3
-"""Instructions per read of one join unit while a join migration runs, the
-unit migrated or still retired, the read sent as text (planned for one run)
-or prepared (its plan kept): what a computing read costs, and what its
-shortcut for a migrated unit saves and costs (docs/design.md section 3b,
-"A pinned join unit of a retired input").
+"""Instructions per read of one unit while a migration runs, the unit
+migrated or not yet, the read sent as text (planned for one run), as a
+custom plan or prepared (its plan kept): what a computing read costs, and
+what its shortcut for a migrated unit saves and costs (docs/design.md
+section 3b, "A pinned join unit of a retired input", and section 3 for a
+group of a live input).
 
-On a throwaway cluster: stock (2 warehouses x 5000 items) LEFT JOIN line
-(30000 lines) into line_stock, both inputs dropped (the TPC-C join's shape,
-smaller), no background worker; an UPDATE migrates the units of warehouse
-1's first 2000 items, warehouse 2's stay retired.  Then, in a single-user
-backend under valgrind's callgrind, N and then 3N reads of
-SELECT * FROM line_stock WHERE w = W AND i = I (I among the first 2000),
-and the figure is (I(3N) - I(N)) / 2N, so start-up cancels:
+On a throwaway cluster, no background worker, one of:
+
+  join    stock (2 warehouses x 5000 items) LEFT JOIN line (30000 lines)
+          into unit, both inputs dropped (the TPC-C join's shape, smaller)
+  group   line (2 x 5000 x 3 lines) grouped by (w, i) into unit, line
+          staying live (tracked in place)
+
+An UPDATE migrates the units of warehouse 1's first 2000 items; warehouse
+2's are not migrated.  Then, in a single-user backend under valgrind's
+callgrind, N and then 3N reads of SELECT * FROM unit WHERE w = W AND i = I
+(I among the first 2000), and the figure is (I(3N) - I(N)) / 2N, so
+start-up cancels:
 
   text       the statement sent with literal values, planned each time
   custom     PREPARE'd with $1 and $2, EXECUTE'd with plan_cache_mode =
@@ -21,13 +27,13 @@ and the figure is (I(3N) - I(N)) / 2N, so start-up cancels:
   prepared   PREPARE'd with $1 and $2, EXECUTE'd (plan_cache_mode auto: a
              generic plan after the first five)
 
-each on a migrated unit (W = 1), a retired one (W = 2), and, the control,
-the same rows in a plain table (plain_stock, what the read costs once the
-migration is done).  The default
-leapfrog.read_mode, compute: the reads migrate nothing.  Two builds are
-compared by two invocations.  Needs valgrind.
+each on a migrated unit (W = 1), one not migrated (W = 2), and, the
+control, the same rows in a plain table (plain_unit: what the read costs
+once the migration is done).  The default leapfrog.read_mode, compute: the
+reads migrate nothing.  Two builds are compared by two invocations.  Needs
+valgrind.
 
-    .venv/bin/python bench/unit_reads.py [--reads 100] [--keep DIR]
+    .venv/bin/python bench/unit_reads.py [--migration join|group] [--reads 100] [--keep DIR]
 """
 import argparse
 import os
@@ -37,33 +43,46 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from statement_cost import psycopg, run_single, statement, throwaway_cluster  # noqa: E402
 
-SETUP = """
+SETUP = {"join": """
 CREATE TABLE stock (w int, i int, qty int, PRIMARY KEY (w, i));
 INSERT INTO stock SELECT w, i, 100 FROM generate_series(1, 2) w, generate_series(1, 5000) i;
 CREATE TABLE line (id int PRIMARY KEY, sw int, si int, amount int);
 INSERT INTO line SELECT g, g % 2 + 1, g % 5000 + 1, g FROM generate_series(1, 30000) g;
 CREATE INDEX line_supply ON line (sw, si);
-CREATE TABLE plain_stock AS SELECT s.w, s.i, s.qty, l.id, l.amount
+CREATE TABLE plain_unit AS SELECT s.w, s.i, s.qty, l.id, l.amount
   FROM stock s LEFT JOIN line l ON l.sw = s.w AND l.si = s.i;
-CREATE INDEX plain_stock_wi ON plain_stock (w, i);
-ANALYZE stock, line, plain_stock;
+CREATE INDEX plain_unit_wi ON plain_unit (w, i);
+ANALYZE stock, line, plain_unit;
 SELECT leapfrog.start('unit_reads', $$
-  CREATE TABLE line_stock (w int, i int, qty int, id int, amount int);
-  INSERT INTO line_stock SELECT s.w, s.i, s.qty, l.id, l.amount
+  CREATE TABLE unit (w int, i int, qty int, id int, amount int);
+  INSERT INTO unit SELECT s.w, s.i, s.qty, l.id, l.amount
     FROM stock s LEFT JOIN line l ON l.sw = s.w AND l.si = s.i;
-  CREATE INDEX line_stock_wi ON line_stock (w, i);
+  CREATE INDEX unit_wi ON unit (w, i);
   DROP TABLE line;
   DROP TABLE stock;
 $$);
-UPDATE line_stock SET qty = qty WHERE w = 1 AND i <= 2000;
-"""
+UPDATE unit SET qty = qty WHERE w = 1 AND i <= 2000;
+""", "group": """
+CREATE TABLE line (w int, i int, n int, amount int, PRIMARY KEY (w, i, n));
+INSERT INTO line SELECT w, i, n, i * n FROM generate_series(1, 2) w, generate_series(1, 5000) i,
+  generate_series(1, 3) n;
+CREATE TABLE plain_unit AS SELECT w, i, count(*) AS lines, sum(amount) AS amount
+  FROM line GROUP BY w, i;
+ALTER TABLE plain_unit ADD PRIMARY KEY (w, i);
+ANALYZE line, plain_unit;
+SELECT leapfrog.start('unit_reads', $$
+  CREATE TABLE unit (w int, i int, lines bigint, amount bigint, PRIMARY KEY (w, i));
+  INSERT INTO unit SELECT w, i, count(*), sum(amount) FROM line GROUP BY w, i;
+$$);
+UPDATE unit SET lines = lines WHERE w = 1 AND i <= 2000;
+"""}
 VARIANTS = [(how, unit) for how in ("text", "custom", "prepared")
             for unit in ("migrated", "retired", "plain")]
 
 
 def session(how, unit, reads):
     w = 1 if unit == "migrated" else 2
-    table = "plain_stock" if unit == "plain" else "line_stock"
+    table = "plain_unit" if unit == "plain" else "unit"
     items = [(k * 7) % 2000 + 1 for k in range(reads)]
     if how == "text":
         return "".join(statement(f"SELECT * FROM {table} WHERE w = {w} AND i = {i}")
@@ -78,6 +97,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--reads", type=int, default=100, help="N (the second run has 3N)")
+    ap.add_argument("--migration", choices=sorted(SETUP), default="join")
     ap.add_argument("--keep", metavar="DIR", help="copy the callgrind files into DIR")
     args = ap.parse_args()
     if not shutil.which("valgrind"):
@@ -90,7 +110,7 @@ def main():
             c.execute("CREATE DATABASE reads")
         with psycopg.connect(cl.conninfo(dbname="reads"), autocommit=True) as c:
             c.execute("CREATE EXTENSION leapfrog")
-            c.execute(SETUP)
+            c.execute(SETUP[args.migration])
         cl.stop()
         per = {}
         files = []
@@ -101,7 +121,7 @@ def main():
                                          f"{how}_{unit}_{reads}")
                 files.append(f)
             per[how, unit] = (n[3 * args.reads] - n[args.reads]) / (2 * args.reads)
-        print(f"\ninstructions per read of one join unit, {args.reads} and "
+        print(f"\ninstructions per read of one {args.migration} unit, {args.reads} and "
               f"{3 * args.reads} reads:")
         for how, unit in VARIANTS:
             print(f"  {how:9s} {unit:9s} {per[how, unit]:12,.0f}")
