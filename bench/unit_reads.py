@@ -12,6 +12,8 @@ On a throwaway cluster, no background worker, one of:
           into unit, both inputs dropped (the TPC-C join's shape, smaller)
   group   line (2 x 5000 x 3 lines) grouped by (w, i) into unit, line
           staying live (tracked in place)
+  row     cust (2 x 5000) split into unit and unit_balance, cust dropped
+          (the TPC-C split's shape); a unit is one row
 
 An UPDATE migrates the units of warehouse 1's first 2000 items; warehouse
 2's are not migrated.  Then, in a single-user backend under valgrind's
@@ -33,7 +35,7 @@ once the migration is done).  The default leapfrog.read_mode, compute: the
 reads migrate nothing.  Two builds are compared by two invocations.  Needs
 valgrind.
 
-    .venv/bin/python bench/unit_reads.py [--migration join|group] [--reads 100] [--keep DIR]
+    .venv/bin/python bench/unit_reads.py [--migration join|group|row] [--reads 100] [--keep DIR]
 """
 import argparse
 import os
@@ -75,6 +77,20 @@ SELECT leapfrog.start('unit_reads', $$
   INSERT INTO unit SELECT w, i, count(*), sum(amount) FROM line GROUP BY w, i;
 $$);
 UPDATE unit SET lines = lines WHERE w = 1 AND i <= 2000;
+""", "row": """
+CREATE TABLE cust (w int, i int, name text, bal int, PRIMARY KEY (w, i));
+INSERT INTO cust SELECT w, i, 'name ' || i, i FROM generate_series(1, 2) w, generate_series(1, 5000) i;
+CREATE TABLE plain_unit AS SELECT w, i, name FROM cust;
+ALTER TABLE plain_unit ADD PRIMARY KEY (w, i);
+ANALYZE cust, plain_unit;
+SELECT leapfrog.start('unit_reads', $$
+  CREATE TABLE unit (w int, i int, name text, PRIMARY KEY (w, i));
+  INSERT INTO unit SELECT w, i, name FROM cust;
+  CREATE TABLE unit_balance (w int, i int, bal int, PRIMARY KEY (w, i));
+  INSERT INTO unit_balance SELECT w, i, bal FROM cust;
+  DROP TABLE cust;
+$$);
+UPDATE unit SET name = name WHERE w = 1 AND i <= 2000;
 """}
 VARIANTS = [(how, unit) for how in ("text", "custom", "prepared")
             for unit in ("migrated", "retired", "plain")]

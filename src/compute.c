@@ -84,6 +84,7 @@ typedef struct ComputeCtx
 								 * id, mapping id, key values) */
 	bool		unpinned;		/* a branch pins no group, or values the
 								 * executor cannot compute first */
+	bool		rows_pinned;	/* a branch pins a row (lf_retired_pin) */
 } ComputeCtx;
 
 /* Where a statement reads without migrating (see the file header). */
@@ -413,9 +414,10 @@ mapping_branch(LfMapping *m, LfMigration *mig, RangeTblEntry *orig, int rti,
 	}
 	else if ((probe = lf_retired_pin(mig, m, mine, 1, &values)) != NIL)
 	{
-		/* a join unit of a retired input (probe.c) */
+		/* a join unit or a row of a retired input (probe.c) */
 		cx->pins = lappend(cx->pins, list_make4(makeInteger(mig->id), makeInteger(m->id),
 												values, probe));
+		cx->rows_pinned |= m->kind == LF_MAP_ROWS;
 	}
 	else
 		cx->unpinned = true;
@@ -706,18 +708,7 @@ target_scans(PlannedStmt *stmt)
  */
 static bool replanning_retired = false;
 
-/* Does the tree hold a parameter of the statement ($n, a PL/pgSQL variable)? */
-static bool
-has_parameter_walker(Node *node, void *cx)
-{
-	if (node == NULL)
-		return false;
-	if (IsA(node, Param))
-		return ((Param *) node)->paramkind == PARAM_EXTERN;
-	return expression_tree_walker(node, has_parameter_walker, cx);
-}
-
-/* Does a value pins pin hold one? */
+/* Does a value pins pin hold a parameter of the statement? */
 static bool
 pins_have_parameter(List *pins)
 {
@@ -725,7 +716,7 @@ pins_have_parameter(List *pins)
 
 	foreach(lc, pins)
 	{
-		if (has_parameter_walker((Node *) lthird((List *) lfirst(lc)), NULL))
+		if (lf_has_parameter((Node *) lthird((List *) lfirst(lc))))
 			return true;
 	}
 	return false;
@@ -838,7 +829,7 @@ lf_compute_plan(Query *parse, const char *query_string, int cursorOptions,
 				ParamListInfo boundParams, planner_hook_type next)
 {
 	Query	   *copy;
-	ComputeCtx	cx = {true, 0, NIL, NIL, false};
+	ComputeCtx	cx = {true, 0, NIL, NIL, false, false};
 	PlannedStmt *stmt;
 	PlannedStmt *plain;
 	bool		pinned;
@@ -878,7 +869,7 @@ lf_compute_plan(Query *parse, const char *query_string, int cursorOptions,
 	/* a new table read by an inlined SQL function was not rewritten */
 	if (target_scans(stmt) != cx.rewritten)
 		return NULL;
-	if (!pinned || known || !pins_have_parameter(cx.pins))
+	if (!pinned || known || cx.rows_pinned || !pins_have_parameter(cx.pins))
 		return lf_wrap_plan(stmt, NIL, cx.descs, NULL, NIL);
 
 	/* the plan of the statement as written, for runs that see the units migrated */

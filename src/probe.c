@@ -1,8 +1,8 @@
 /*-------------------------------------------------------------------------
  * probe.c
  *	  Look-ups of a retired input without the executor: a relevance plan
- *	  that is one btree index scan, and whether the join unit a computing
- *	  read pins is still retired.
+ *	  that is one btree index scan, and whether the join unit or row a
+ *	  computing read pins is still retired.
  *
  * The commonest relevance plan is a point look-up: SELECT ctid FROM the
  * retired input WHERE its key = $1 (an UPDATE or a locking read by key, an
@@ -27,15 +27,15 @@
  * the relation's lock mode.
  *
  * The second look-up here tells a read that computes (compute.c) that the
- * join unit it pins is migrated: a statement whose conditions give leading
- * columns of an index of a retired input of a join mapping, copied
- * unchanged into the new table, values computable before it runs
- * (lf_retired_pin).  Where the statement's snapshot sees no row of the
- * input with those values, the mapping's branch computes nothing, and the
- * statement as written runs instead (lf_compute_shortcut).  A join unit
- * moves with all its rows in one transaction, so a snapshot sees them all
- * retired or all migrated.  The retired input is held by the computing
- * plan's locks.
+ * join unit or row it pins is migrated: a statement whose conditions give
+ * leading columns of an index of a retired input of a join or row mapping,
+ * copied unchanged into the new table, values computable before it runs
+ * (lf_retired_pin).  Where a snapshot sees no row of the input with those
+ * values, every row the mapping's branch could compute has them, none
+ * exists, and the statement as written reads the same rows
+ * (lf_compute_plan at planning, lf_compute_shortcut at the executor's
+ * start).  The retired input is held by the computing plan's locks, or
+ * locked here (a plain plan holds none).
  *-------------------------------------------------------------------------
  */
 #include "leapfrog.h"
@@ -241,6 +241,23 @@ pinned_value(List *conds, int varno, AttrNumber att, Oid opno, Oid coll, Oid typ
 	return NULL;
 }
 
+/* Does the tree hold a parameter of the statement ($n, a PL/pgSQL variable)? */
+static bool
+has_parameter_walker(Node *node, void *cx)
+{
+	if (node == NULL)
+		return false;
+	if (IsA(node, Param))
+		return ((Param *) node)->paramkind == PARAM_EXTERN;
+	return expression_tree_walker(node, has_parameter_walker, cx);
+}
+
+bool
+lf_has_parameter(Node *node)
+{
+	return has_parameter_walker(node, NULL);
+}
+
 /*
  * The look-up (index, operators, collations, input) that tells whether
  * the unit of join mapping m that conds pin (the statement's conjuncts on
@@ -250,18 +267,22 @@ pinned_value(List *conds, int varno, AttrNumber att, Oid opno, Oid coll, Oid typ
  * altered in place), no btree index's first column is pinned.  The index
  * with the most leading columns pinned wins.
  *
- * Joins only: the look-up costs about 15k instructions where the unit is
- * still retired, and a join's branch costs about 118k where it computes
- * nothing (TPC-C's, bench/statement_cost.py), so the look-up pays for
- * itself if one read in nine finds its unit migrated.  A row mapping's
- * branch costs about 38k: one read in three would have to (the split's
- * TPC-C mix, whose reads mostly precede their rows' migration, cost 1%
- * more with row mappings pinned too).  The test on m->kind is all that
- * keeps them out.
- *
- * When the values are known (literals, a custom plan's parameters), the
- * computing read decides with its planning snapshot which plan to make;
- * otherwise it makes both (compute.c, lf_compute_plan).
+ * Join units and rows.  The look-up costs about 15k instructions where
+ * the unit is not migrated.  Planned for one run, a plan that computes
+ * costs several times a plain plan to make, so there the look-up pays if
+ * one read in twenty finds its join unit migrated, one in nine its row
+ * (bench/unit_reads.py: 27k and 22k more a read not migrated, 537k and
+ * 193k less a read migrated, sent as text).  A kept
+ * plan (generic) pays the look-up at every run and saves what the branch
+ * costs to start: about 118k for a join's, one read in nine must find its
+ * unit migrated; about 38k for a row's, one in three, which TPC-C's split,
+ * whose reads mostly come before their rows migrate, does not (it cost 1%
+ * more with rows pinned in its kept plans).  So a row is pinned only by a
+ * statement whose conditions hold no parameter: its values are literals,
+ * known at planning, where the planning snapshot looks and one plan is made
+ * (compute.c, lf_compute_plan); a custom plan's would make the plan cache
+ * keep custom plans of a prepared statement.  The walk for a parameter
+ * comes first: it is all a custom plan's read of a row pays.
  */
 List *
 lf_retired_pin(LfMigration *mig, LfMapping *m, List *conds, int varno, List **values)
@@ -270,7 +291,7 @@ lf_retired_pin(LfMigration *mig, LfMapping *m, List *conds, int varno, List **va
 	int			best_n = 0;
 
 	*values = NIL;
-	if (m->kind != LF_MAP_JOIN ||
+	if (m->kind == LF_MAP_GROUPS || (m->kind == LF_MAP_ROWS && lf_has_parameter((Node *) conds)) ||
 		m->unmigrated != NULL || OidIsValid(m->done_keys) || lf_has_upstream(mig) ||
 		list_member_oid(mig->in_place_targets, m->target))
 		return NIL;

@@ -12,7 +12,7 @@
 -- writer's own transaction (and its rollback), a plain plan kept past the
 -- rollback of the migration it saw, custom and generic plans and the plan
 -- cache's choice, NULL, conditions that pin nothing, a read of two
--- occurrences; and row mappings, which are not pinned.
+-- occurrences; and rows of a split, pinned by literals only.
 --
 CREATE SCHEMA pn_eager;
 CREATE SCHEMA pn_lazy;
@@ -200,13 +200,22 @@ SELECT computes('SELECT * FROM line_stock a JOIN line_stock b USING (w, i)
 SELECT * FROM differ('SELECT a.id, b.id FROM %1$s.line_stock a, %1$s.line_stock b
                       WHERE a.w = 2 AND a.i = 7 AND b.w = 2 AND b.i IN (7, 8)');
 
--- Rows of a split are not pinned (probe.c says why): computed even once
--- migrated, with the eager rows.
+-- Rows of a split are pinned by literals only (probe.c says why): with
+-- parameters computed even once migrated; with literals the plain plan
+-- where the row is migrated, by its key or a secondary index's; the eager
+-- rows either way.
 SELECT computes('SELECT * FROM cust_pub WHERE w = $1 AND d = $2 AND c = $3', '1', '2', '3');
 SELECT run_both('UPDATE %s.cust_pub SET name = name || ''x'' WHERE w = 1 AND d = 2 AND c = 3');
 SELECT computes('SELECT * FROM cust_pub WHERE w = $1 AND d = $2 AND c = $3', '1', '2', '3');
+SELECT ran_computing('SELECT * FROM cust_pub WHERE w = 1 AND d = 2 AND c = 3');
+SELECT ran_computing('SELECT * FROM cust_priv WHERE w = 1 AND d = 2 AND c = 3');
+SELECT ran_computing('SELECT * FROM cust_pub WHERE w = 1 AND d = 2 AND c = 4');
+SELECT computes('SELECT * FROM cust_pub WHERE w = 1 AND d = 2 AND c = 3 AND name = $1', 'n3x');
+SELECT ran_computing('SELECT * FROM cust_pub WHERE name = ''n3''');
+SELECT ran_computing('SELECT * FROM cust_pub WHERE name = ''n3x''');
 SELECT * FROM differ('SELECT * FROM %s.cust_pub WHERE w = 1 AND d = 2 AND c IN (3, 4)');
 SELECT * FROM differ('SELECT * FROM %s.cust_priv WHERE w = 1 AND d = 2 AND c IN (3, 4)');
+SELECT * FROM differ('SELECT * FROM %s.cust_pub WHERE name IN (''n3'', ''n3x'')');
 
 -- Everything equal at the end.
 SELECT * FROM differ('SELECT * FROM %s.line_stock');
