@@ -822,7 +822,7 @@ pins_gone(List *pins, ParamListInfo params, Snapshot snap)
  * parameters come at each run) both are made, and each run's snapshot
  * chooses (lf_compute_shortcut); not for values that hold no parameter (a
  * stable function of literals), which would pay the second plan at every
- * planning for one run.
+ * planning for one run, nor where a branch pins a row (probe.c says why).
  */
 PlannedStmt *
 lf_compute_plan(Query *parse, const char *query_string, int cursorOptions,
