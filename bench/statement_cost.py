@@ -125,6 +125,14 @@ def run_single(cl, db, text, work, tag):
     return int(m.group(1)), out
 
 
+def keep_files(files, keep):
+    """Copy the callgrind files into directory keep (--keep), if given."""
+    if keep:
+        os.makedirs(keep, exist_ok=True)
+        for f in files:
+            shutil.copy(f, keep)
+
+
 def own_costs(callgrind_file):
     """{function: own instructions} from callgrind_annotate's table."""
     text = subprocess.run(["callgrind_annotate", "--threshold=100", "--inclusive=no",
@@ -190,10 +198,7 @@ def main():
             for fn in diff[:args.functions]:
                 print(f"  {one('eager', fn):10,.0f} {one('lazy', fn):10,.0f} "
                       f"{one('lazy', fn) - one('eager', fn):+10,.0f}  {fn}")
-        if args.keep:
-            os.makedirs(args.keep, exist_ok=True)
-            for f in files.values():
-                shutil.copy(f, args.keep)
+        keep_files(files.values(), args.keep)
     finally:
         cl.destroy()
         shutil.rmtree(work, ignore_errors=True)

@@ -43,7 +43,8 @@ import shutil
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from statement_cost import psycopg, run_single, statement, throwaway_cluster  # noqa: E402
+from statement_cost import (keep_files, psycopg, run_single, statement,  # noqa: E402
+                            throwaway_cluster)
 
 SETUP = {"join": """
 CREATE TABLE stock (w int, i int, qty int, PRIMARY KEY (w, i));
@@ -141,10 +142,7 @@ def main():
               f"{3 * args.reads} reads:")
         for how, unit in VARIANTS:
             print(f"  {how:9s} {unit:9s} {per[how, unit]:12,.0f}")
-        if args.keep:
-            os.makedirs(args.keep, exist_ok=True)
-            for f in files:
-                shutil.copy(f, args.keep)
+        keep_files(files, args.keep)
     finally:
         cl.destroy()
         shutil.rmtree(work, ignore_errors=True)

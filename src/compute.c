@@ -736,19 +736,10 @@ pins_known(List *pins, ParamListInfo params)
 	{
 		foreach(lv, (List *) lthird((List *) lfirst(lc)))
 		{
-			Node	   *e = lfirst(lv);
-			Param	   *p = (Param *) e;
-			ParamExternData workspace;
-			ParamExternData *prm;
+			Datum		value;
+			bool		isnull;
 
-			if (IsA(e, Const))
-				continue;
-			if (!IsA(e, Param) || p->paramkind != PARAM_EXTERN || params == NULL ||
-				p->paramid <= 0 || p->paramid > params->numParams)
-				return false;
-			prm = params->paramFetch ? params->paramFetch(params, p->paramid, true, &workspace)
-				: &params->params[p->paramid - 1];
-			if (!OidIsValid(prm->ptype) || prm->ptype != p->paramtype)
+			if (!lf_simple_value(lfirst(lv), params, true, &value, &isnull))
 				return false;
 		}
 	}

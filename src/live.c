@@ -1382,28 +1382,8 @@ lf_live_eval_pinned(List *pinned, ParamListInfo params, EState **estate, Datum *
 		Expr	   *e = lfirst(lc);
 		int			k = foreach_current_index(lc);
 
-		if (IsA(e, Const))
-		{
-			values[k] = ((Const *) e)->constvalue;
-			nulls[k] = ((Const *) e)->constisnull;
+		if (lf_simple_value((Node *) e, params, false, &values[k], &nulls[k]))
 			continue;
-		}
-		if (IsA(e, Param) && ((Param *) e)->paramkind == PARAM_EXTERN && params != NULL &&
-			((Param *) e)->paramid > 0 && ((Param *) e)->paramid <= params->numParams)
-		{
-			Param	   *p = (Param *) e;
-			ParamExternData workspace;
-			ParamExternData *prm = params->paramFetch ?
-				params->paramFetch(params, p->paramid, false, &workspace) :
-				&params->params[p->paramid - 1];
-
-			if (OidIsValid(prm->ptype) && prm->ptype == p->paramtype)
-			{
-				values[k] = prm->value;
-				nulls[k] = prm->isnull;
-				continue;
-			}
-		}
 		if (*estate == NULL)
 		{
 			*estate = CreateExecutorState();

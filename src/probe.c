@@ -56,37 +56,45 @@
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
 
+/*
+ * The value of e if it is simple: a Const, or an external parameter that
+ * params holds with e's type (speculative: fetched as the planner fetches,
+ * for a plan not yet run).  False if not: the executor must evaluate it.
+ */
+bool
+lf_simple_value(Node *e, ParamListInfo params, bool speculative, Datum *out, bool *isnull)
+{
+	Param	   *p = (Param *) e;
+	ParamExternData workspace;
+	ParamExternData *prm;
+
+	if (e == NULL)
+		return false;
+	if (IsA(e, Const))
+	{
+		*out = ((Const *) e)->constvalue;
+		*isnull = ((Const *) e)->constisnull;
+		return true;
+	}
+	if (!IsA(e, Param) || p->paramkind != PARAM_EXTERN || params == NULL ||
+		p->paramid <= 0 || p->paramid > params->numParams)
+		return false;
+	prm = params->paramFetch ? params->paramFetch(params, p->paramid, speculative, &workspace)
+		: &params->params[p->paramid - 1];
+	if (!OidIsValid(prm->ptype) || prm->ptype != p->paramtype)
+		return false;
+	*out = prm->value;
+	*isnull = prm->isnull;
+	return true;
+}
+
 /* The value of an index qual's right side, or false if not simple */
 static bool
 qual_value(Node *value, ParamListInfo params, Datum *out, bool *isnull)
 {
 	while (value && IsA(value, RelabelType))
 		value = (Node *) ((RelabelType *) value)->arg;
-	if (value == NULL)
-		return false;
-	if (IsA(value, Const))
-	{
-		*out = ((Const *) value)->constvalue;
-		*isnull = ((Const *) value)->constisnull;
-		return true;
-	}
-	if (IsA(value, Param) && ((Param *) value)->paramkind == PARAM_EXTERN)
-	{
-		Param	   *p = (Param *) value;
-		ParamExternData prmdata;
-		ParamExternData *prm;
-
-		if (params == NULL || p->paramid <= 0 || p->paramid > params->numParams)
-			return false;
-		prm = params->paramFetch ? params->paramFetch(params, p->paramid, false, &prmdata)
-			: &params->params[p->paramid - 1];
-		if (!OidIsValid(prm->ptype) || prm->ptype != p->paramtype)
-			return false;
-		*out = prm->value;
-		*isnull = prm->isnull;
-		return true;
-	}
-	return false;
+	return lf_simple_value(value, params, false, out, isnull);
 }
 
 /*
