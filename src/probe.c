@@ -16,10 +16,11 @@
  * Only a plan of exactly that shape qualifies: an IndexScan at the top, on
  * a btree index (never lossy: no recheck), whose target list is the scanned
  * relation's ctid alone, with no filter, no ORDER BY operator, no
- * sub-plan, and index quals each "column op value", the value a Const or
- * an external Param of the expected type.  Anything else, and a parameter
- * whose value is missing or of another type (the executor's error), runs
- * the plan (migrate.c, run_plan).  Privileges are checked as the executor
+ * sub-plan, and index quals each "column op value", the value a Const, an
+ * external Param of the expected type, or an expression of those
+ * (evaluated as the executor evaluates a run-time key).  Anything else,
+ * and a lone parameter whose value is missing or of another type (the
+ * executor's error), runs the plan (migrate.c, run_plan).  Privileges are checked as the executor
  * would (ExecCheckRTPerms).
  *
  * Locking: the caller holds the plan's relations (migrate.c,
@@ -88,13 +89,35 @@ lf_simple_value(Node *e, ParamListInfo params, bool speculative, Datum *out, boo
 	return true;
 }
 
-/* The value of an index qual's right side, or false if not simple */
+/*
+ * The value of an index qual's right side: a Const or an external Param
+ * read directly, another expression of those (PL/pgSQL's p_items[i])
+ * evaluated in *estate (made here, freed by the caller), as the executor
+ * evaluates a run-time key.  False if it reads rows or a parameter of the
+ * executor, or a Param has no value of its type: the plan runs instead.
+ */
 static bool
-qual_value(Node *value, ParamListInfo params, Datum *out, bool *isnull)
+qual_value(Node *value, ParamListInfo params, EState **estate, Datum *out, bool *isnull)
 {
+	MemoryContext old;
+	ExprState  *expr;
+
 	while (value && IsA(value, RelabelType))
 		value = (Node *) ((RelabelType *) value)->arg;
-	return lf_simple_value(value, params, false, out, isnull);
+	if (lf_simple_value(value, params, false, out, isnull))
+		return true;
+	if (value == NULL || IsA(value, Const) || IsA(value, Param) || lf_reads_rows(value))
+		return false;
+	if (*estate == NULL)
+	{
+		*estate = CreateExecutorState();
+		(*estate)->es_param_list_info = params;
+	}
+	old = MemoryContextSwitchTo((*estate)->es_query_cxt);
+	expr = ExecInitExpr((Expr *) value, NULL);
+	MemoryContextSwitchTo(old);
+	*out = ExecEvalExprSwitchContext(expr, GetPerTupleExprContext(*estate), isnull);
+	return true;
 }
 
 /*
@@ -117,6 +140,7 @@ lf_probe_index(PlannedStmt *ps, Snapshot snap, ParamListInfo params,
 	IndexScanDesc scan;
 	TupleTableSlot *slot;
 	List	   *perms;
+	EState	   *estate = NULL;	/* of values evaluated (qual_value) */
 	ListCell   *lc;
 
 	if (ps->commandType != CMD_SELECT || ps->subplans != NIL || ps->rowMarks != NIL ||
@@ -160,7 +184,7 @@ lf_probe_index(PlannedStmt *ps, Snapshot snap, ParamListInfo params,
 			col = (Var *) ((RelabelType *) col)->arg;
 		if (!IsA(col, Var) || col->varno != INDEX_VAR || col->varattno < 1 ||
 			col->varattno > IndexRelationGetNumberOfKeyAttributes(index) ||
-			!qual_value(lsecond(op->args), params, &value, &isnull))
+			!qual_value(lsecond(op->args), params, &estate, &value, &isnull))
 			break;
 		get_op_opfamily_properties(op->opno, index->rd_opfamily[col->varattno - 1], false,
 								   &strategy, &lefttype, &righttype);
@@ -172,6 +196,8 @@ lf_probe_index(PlannedStmt *ps, Snapshot snap, ParamListInfo params,
 	}
 	if (nkeys != list_length(is->indexqual))
 	{
+		if (estate)
+			FreeExecutorState(estate);
 		index_close(index, NoLock);
 		return false;
 	}
@@ -192,6 +218,8 @@ lf_probe_index(PlannedStmt *ps, Snapshot snap, ParamListInfo params,
 	ExecDropSingleTupleTableSlot(slot);
 	table_close(heap, NoLock);
 	index_close(index, NoLock);
+	if (estate)
+		FreeExecutorState(estate);
 	return true;
 }
 

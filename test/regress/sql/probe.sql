@@ -5,7 +5,8 @@
 -- the same statement does to the eager copy: key values from parameters
 -- (generic plans) and constants (custom plans), NULL, a cross-type
 -- comparison, an expression index, a descending index, a varchar column
--- compared as text, ranges, and the shapes that still take the executor
+-- compared as text, ranges, expressions of parameters, and the shapes that
+-- still take the executor
 -- (a hash index, = ANY, a filter beside the index condition).
 --
 CREATE SCHEMA pr;
@@ -94,6 +95,22 @@ PREPARE arange_l(int, int) AS UPDATE pr.dst SET e = e + 1 WHERE a BETWEEN $1 AND
 EXECUTE arange_e(30, 34);
 EXECUTE arange_l(30, 34);
 SELECT public.regress_migrated('probe') AS migrated;
+-- expressions of parameters (PL/pgSQL's p_items[i]), evaluated as the
+-- executor evaluates a run-time key: an element, NULL past the array's end,
+-- and the executor's error
+PREPARE el_e(int[], int) AS UPDATE pr.eager SET e = e + 1 WHERE a = $1[$2] AND b = 'K' || $1[$2];
+PREPARE el_l(int[], int) AS UPDATE pr.dst SET e = e + 1 WHERE a = $1[$2] AND b = 'K' || $1[$2];
+EXECUTE el_e('{40, 41}', 2);
+EXECUTE el_l('{40, 41}', 2);
+SELECT public.regress_migrated('probe') AS migrated;
+EXECUTE el_e('{40, 41}', 3);
+EXECUTE el_l('{40, 41}', 3);
+SELECT public.regress_migrated('probe') AS migrated;
+PREPARE div_l(int) AS UPDATE pr.dst SET e = e + 1 WHERE a = 42 / $1 AND b = 'K42';
+EXECUTE div_l(0);
+EXECUTE div_l(1);
+SELECT public.regress_migrated('probe') AS migrated;
+UPDATE pr.eager SET e = e + 1 WHERE a = 42 AND b = 'K42';
 -- the executor's shapes: a hash index, = ANY, a filter
 PREPARE h_e(int) AS UPDATE pr.eager SET d = 'h' WHERE e = $1;
 PREPARE h_l(int) AS UPDATE pr.dst SET d = 'h' WHERE e = $1;
