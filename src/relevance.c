@@ -33,6 +33,7 @@
 #include "catalog/pg_type.h"
 #include "nodes/makefuncs.h"
 #include "nodes/nodeFuncs.h"
+#include "optimizer/clauses.h"
 #include "optimizer/optimizer.h"
 #include "optimizer/planner.h"
 #include "parser/parsetree.h"
@@ -325,17 +326,16 @@ unit_desc(Oid input)
 }
 
 /*
- * Relevance query q, which finds rows of mapping m's input, as an item (an
- * input tracked in place may be read by several GROUP BY mappings, each
- * migrating its own groups: the item names m).  pinned: where q finds rows
- * of one group of live mapping m at most, the key values of that group
- * (LF_ITEM_PINNED), or NIL.
+ * Relevance query q, which finds rows of input `input` of mapping m, as an
+ * item (an input tracked in place may be read by several GROUP BY
+ * mappings, each migrating its own groups: the item names m).  pinned:
+ * where q finds rows of one group of live mapping m at most, the key values
+ * of that group (LF_ITEM_PINNED), or NIL.
  */
 static void
-add_pinned_item(RelCtx *cx, Query *q, LfMapping *m, const char *target, const char *how,
-				LfItemKind kind, List *pinned)
+add_input_item(RelCtx *cx, Query *q, LfMapping *m, Oid input, const char *target,
+			   const char *how, LfItemKind kind, List *pinned)
 {
-	Oid			input = m->input;
 	LfMigration *mig;
 	LfMapping  *carrier;
 	ListCell   *lc;
@@ -367,6 +367,14 @@ add_pinned_item(RelCtx *cx, Query *q, LfMapping *m, const char *target, const ch
 	cx->descs = lappend(cx->descs,
 						psprintf("%s from %s (%s%s)", target, lf_relation_name(input), how,
 								 unit_desc(input)));
+}
+
+/* An item of q, which finds rows of m's input (add_input_item) */
+static void
+add_pinned_item(RelCtx *cx, Query *q, LfMapping *m, const char *target, const char *how,
+				LfItemKind kind, List *pinned)
+{
+	add_input_item(cx, q, m, m->input, target, how, kind, pinned);
 }
 
 /* An item whose query may find rows of any group (add_pinned_item) */
@@ -560,10 +568,14 @@ is_nullable(Query *q, int o)
  * Relevance of one occurrence
  * ---------------------------------------------------------------------
  */
-static void
-local_relevance(Query *level, int o, RelCtx *cx, const char *target)
+/*
+ * The statement's own conditions on occurrence o, over rtindex 1: the
+ * conjuncts of its WHERE that read o alone (none where an outer join makes
+ * o nullable), without volatile functions, sub-queries or outer references.
+ */
+static List *
+own_quals(Query *level, int o)
 {
-	RangeTblEntry *orig = rt_fetch(o, level->rtable);
 	List	   *kept = NIL;
 	ListCell   *lc;
 
@@ -584,7 +596,18 @@ local_relevance(Query *level, int o, RelCtx *cx, const char *target)
 			kept = lappend(kept, c);
 		}
 	}
-	foreach(lc, lf_mappings_for_target(orig->relid))
+	return kept;
+}
+
+/* Relevance of occurrence o through mappings maps, by its own conditions */
+static void
+local_relevance(Query *level, int o, List *maps, RelCtx *cx, const char *target)
+{
+	RangeTblEntry *orig = rt_fetch(o, level->rtable);
+	List	   *kept = own_quals(level, o);
+	ListCell   *lc;
+
+	foreach(lc, maps)
 	{
 		LfMapping  *m = lfirst(lc);
 
@@ -594,8 +617,188 @@ local_relevance(Query *level, int o, RelCtx *cx, const char *target)
 	}
 }
 
+/* input_conds' walk: Vars of the new table (varno) to input rti's columns */
+typedef struct InputVars
+{
+	LfMapping  *m;
+	int			varno;
+	int			rti;
+	bool		ok;
+} InputVars;
+
+static Node *
+input_vars_mutator(Node *node, InputVars *iv)
+{
+	if (node == NULL)
+		return NULL;
+	if (IsA(node, Var))
+	{
+		Var		   *v = (Var *) node;
+		TargetEntry *tle = v->varno == iv->varno && v->varlevelsup == 0 && v->varattno > 0 &&
+			v->varattno <= iv->m->natts ? get_tle_by_resno(iv->m->query->targetList, v->varattno) : NULL;
+		Var		   *in = tle ? (Var *) tle->expr : NULL;
+
+		if (in == NULL || !IsA(in, Var) || in->varno != iv->rti || in->varlevelsup != 0 ||
+			in->vartype != v->vartype)
+		{
+			iv->ok = false;
+			return node;
+		}
+		return (Node *) makeVar(1, in->varattno, in->vartype, in->vartypmod, in->varcollid, 0);
+	}
+	return expression_tree_mutator(node, input_vars_mutator, iv);
+}
+
+/*
+ * The conditions of conds (on the new table: Vars varno) that read only
+ * columns copied unchanged from input j of m, as conditions on that input
+ * (rtindex 1), and pass them to no leaky function.  A row of the new table
+ * computed from a row of the input has those columns' values: the row
+ * meets the condition where the input's row does.
+ */
+static List *
+input_conds(LfMapping *m, int j, List *conds, int varno)
+{
+	List	   *result = NIL;
+	ListCell   *lc;
+
+	foreach(lc, conds)
+	{
+		InputVars	iv = {m, varno, m->rtis[j], true};
+		Node	   *c;
+
+		if (contain_leaked_vars(lfirst(lc)))
+			continue;
+		c = input_vars_mutator(copyObject(lfirst(lc)), &iv);
+		if (iv.ok)
+			result = lappend(result, c);
+	}
+	return result;
+}
+
+/*
+ * SELECT ctid FROM input j of m WHERE the leading columns of its index
+ * equal the values a statement pins them to (pin_unit's look-up), and the
+ * statement's conditions conds (Vars varno) that input_conds carries over.
+ * orig: the statement's entry for the new table, whose privileges the
+ * executor checks as the statement's own; the input's entry is the
+ * mapping's, checked as the mapping's is.
+ */
+static Query *
+unit_key_query(LfMapping *m, RangeTblEntry *orig, List *probe, List *values, List *conds,
+			   int varno)
+{
+	Oid			input = (Oid) intVal(lfourth(probe));
+	int			j = input == m->inputs[0] ? 0 : 1;
+	Relation	idx = index_open((Oid) intVal(linitial(probe)), AccessShareLock);
+	Query	   *q = makeNode(Query);
+	RangeTblEntry *from = copyObject(rt_fetch(m->rtis[j], m->query->rtable));
+	RangeTblEntry *perm = copyObject(orig);
+	RangeTblRef *rtr = makeNode(RangeTblRef);
+	List	   *quals = NIL;
+
+	Assert(from->rtekind == RTE_RELATION && from->relid == input);
+	for (int k = 0; k < list_length(values); k++)
+	{
+		AttrNumber	attno = idx->rd_index->indkey.values[k];
+		Oid			type;
+		Oid			coll;
+		int32		typmod;
+		Expr	   *col;
+		OpExpr	   *op;
+
+		get_atttypetypmodcoll(input, attno, &type, &typmod, &coll);
+		col = (Expr *) makeVar(1, attno, type, typmod, coll, 0);
+		if (type != idx->rd_opcintype[k])	/* binary coercible (lf_retired_pin) */
+			col = (Expr *) makeRelabelType(col, idx->rd_opcintype[k], -1, coll,
+										   COERCE_IMPLICIT_CAST);
+		op = (OpExpr *) make_opclause(list_nth_oid(lsecond(probe), k), BOOLOID, false, col,
+									  copyObject(list_nth(values, k)), InvalidOid,
+									  list_nth_oid(lthird(probe), k));
+		set_opfuncid(op);
+		quals = lappend(quals, op);
+	}
+	index_close(idx, AccessShareLock);
+	quals = list_concat(quals, input_conds(m, j, conds, varno));
+	from->inFromCl = true;
+	perm->inFromCl = false;
+	perm->securityQuals = NIL;
+	q->rtable = list_make2(from, perm);
+	rtr->rtindex = 1;
+	q->jointree = makeFromExpr(list_make1(rtr), (Node *) make_ands_explicit(quals));
+	make_select(q, makeVar(1, SelfItemPointerAttributeNumber, TIDOID, -1, InvalidOid, 0));
+	return q;
+}
+
+/*
+ * The join unit of mapping m that conds (conditions on the new table,
+ * whose Vars varno read its columns) pin: lf_retired_pin's look-up (an
+ * index of an input whose leading columns conds give, each copied
+ * unchanged into the new table), into *probe and *values; false if none.
+ * Every row of the new table that meets conds was computed from rows of
+ * that input with those values (a row NULL-extended by an outer join has
+ * NULL there, which no strict equality meets), so the input's rows with
+ * them, whose units migrate whole, are enough.  The look-up sees rows the
+ * mapping leaves out: only with operators that are leakproof.
+ */
+static bool
+pin_unit(LfMapping *m, List *conds, int varno, List **probe, List **values)
+{
+	LfMigration *mig = m->kind == LF_MAP_JOIN ? lf_migration_by_input(m->input) : NULL;
+	ListCell   *lc;
+
+	*probe = mig ? lf_retired_pin(mig, m, conds, varno, values) : NIL;
+	if (*probe == NIL)
+		return false;
+	foreach(lc, (List *) lsecond(*probe))
+	{
+		RegProcedure f = get_opcode(lfirst_oid(lc));
+
+		if (!func_strict(f) || !get_func_leakproof(f))
+			return false;
+	}
+	return true;
+}
+
+/*
+ * Occurrence o's join units that its own conditions pin (pin_unit): the
+ * relevance query is one look-up of an input's index, which probe.c runs
+ * without the executor, where the statement's own query over the mapping
+ * starts a plan of the join (about 80k instructions a statement, most of
+ * the relevance cost on TPC-C's join).  It may find more rows than the
+ * statement needs (the statement's other conditions are left out), never
+ * fewer.  Not where the new table has row security.  Returns the mappings
+ * of o it did not pin.
+ */
+static List *
+pinned_units(Query *level, int o, RelCtx *cx, const char *target)
+{
+	RangeTblEntry *orig = rt_fetch(o, level->rtable);
+	List	   *maps = lf_mappings_for_target(orig->relid);
+	List	   *rest = NIL;
+	List	   *conds;
+	ListCell   *lc;
+
+	if (orig->securityQuals != NIL || level->hasModifyingCTE ||
+		(conds = own_quals(level, o)) == NIL)
+		return maps;
+	foreach(lc, maps)
+	{
+		LfMapping  *m = lfirst(lc);
+		List	   *probe;
+		List	   *values;
+
+		if (pin_unit(m, conds, 1, &probe, &values))
+			add_input_item(cx, unit_key_query(m, orig, probe, values, conds, 1), m,
+						   (Oid) intVal(lfourth(probe)), target, "key", LF_NEEDS_ROWS, NIL);
+		else
+			rest = lappend(rest, m);
+	}
+	return rest;
+}
+
 static void
-statement_relevance(Query *level, int o, List *occ, RelCtx *cx)
+statement_relevance(Query *level, int o, List *occ, List *maps, RelCtx *cx)
 {
 	RangeTblEntry *orig = rt_fetch(o, level->rtable);
 	const char *target = get_rel_name(orig->relid);
@@ -635,12 +838,12 @@ statement_relevance(Query *level, int o, List *occ, RelCtx *cx)
 		combos *= choices[nothers];
 		nothers++;
 	}
-	if (combos * list_length(lf_mappings_for_target(orig->relid)) > MAX_COMBOS)
+	if (combos * list_length(maps) > MAX_COMBOS)
 		ok = false;
 
 	if (ok)
 	{
-		foreach(lc, lf_mappings_for_target(orig->relid))
+		foreach(lc, maps)
 		{
 			LfMapping  *m = lfirst(lc);
 			int			c;
@@ -684,7 +887,7 @@ statement_relevance(Query *level, int o, List *occ, RelCtx *cx)
 	}
 	if (!ok)
 	{
-		local_relevance(level, o, cx, target);
+		local_relevance(level, o, maps, cx, target);
 		return;
 	}
 	{
@@ -880,12 +1083,24 @@ key_relevance(Query *level, int r, RelCtx *cx)
 	foreach(lc, lf_mappings_for_target(orig->relid))
 	{
 		LfMapping  *m = lfirst(lc);
-		Query	   *q = copyObject(level);
+		Query	   *q;
 		RangeTblRef *rtr = makeNode(RangeTblRef);
 		Node	   *keys = (Node *) (list_length(disjuncts) == 1 ? linitial(disjuncts)
 									 : make_orclause(copyObject(disjuncts)));
 		Node	   *where;
+		List	   *probe;
+		List	   *values;
 
+		/* one unique key, pinning a join unit: a look-up (pinned_units) */
+		if (list_length(disjuncts) == 1 && orig->securityQuals == NIL &&
+			pin_unit(m, only, mrti, &probe, &values))
+		{
+			add_input_item(cx, unit_key_query(m, orig, probe, values, only, mrti), m,
+						   (Oid) intVal(lfourth(probe)), get_rel_name(orig->relid),
+						   "conflicting keys, key", LF_NEEDS_KEYS, NIL);
+			continue;
+		}
+		q = copyObject(level);
 		make_select(q, ctid_var(mrti, m));
 		q->rtable = lappend(q->rtable, make_map_rte(m, orig));
 		rtr->rtindex = mrti;
@@ -1097,11 +1312,15 @@ collect_level(Query *level, RelCtx *cx)
 		else
 		{
 			bool		correlated = has_outer_or_bad_refs((Node *) level, 0);
+			const char *target = get_rel_name(rte->relid);
+			List	   *maps = pinned_units(level, o, cx, target);
 
-			if (correlated)
-				local_relevance(level, o, cx, get_rel_name(rte->relid));
+			if (maps == NIL)
+				;
+			else if (correlated)
+				local_relevance(level, o, maps, cx, target);
 			else
-				statement_relevance(level, o, occ, cx);
+				statement_relevance(level, o, occ, maps, cx);
 			if (level->commandType == CMD_UPDATE && o == level->resultRelation)
 				key_relevance(level, o, cx);
 		}
@@ -1442,7 +1661,9 @@ standalone(Query *q)
 		!IsA(linitial(q->jointree->fromlist), RangeTblRef))
 		return false;
 	rtr = linitial(q->jointree->fromlist);
-	return rt_fetch(rtr->rtindex, q->rtable)->rtekind == RTE_SUBQUERY;
+	/* the mapping, or the retired input itself (unit_key_query) */
+	return rt_fetch(rtr->rtindex, q->rtable)->rtekind == RTE_SUBQUERY ||
+		rt_fetch(rtr->rtindex, q->rtable)->rtekind == RTE_RELATION;
 }
 
 /*

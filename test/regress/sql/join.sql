@@ -61,8 +61,23 @@ SELECT leapfrog.remaining('join');
 SELECT * FROM line_stock WHERE w = 2 AND i = 17 ORDER BY id;
 SELECT * FROM jn_eager.line_stock WHERE w = 2 AND i = 17 ORDER BY id;
 SELECT leapfrog.remaining('join');
--- Stock (4, 1): lines with sw = 4 match it.
+-- Stock (4, 1): lines with sw = 4 match it.  The statement pins the
+-- leading column of stock's primary key, copied unchanged: its relevance
+-- query is a look-up of that index (key), which finds stock (4, 1), whose
+-- unit migrates whole: the stock row and its 3 lines (4 rows fewer).
+SELECT public.regress_explain('SELECT * FROM line_stock WHERE w = 4');
+SELECT leapfrog.remaining('join');
 SELECT * FROM line_stock WHERE w = 4 ORDER BY id;
+SELECT leapfrog.remaining('join');
+-- Not pinned: i is not the leading column of an index of stock.
+SELECT public.regress_explain('SELECT * FROM line_stock WHERE i = 4');
+-- The look-up keeps the statement's other conditions on stock's columns:
+-- w = 1 pins, i between 3 and 4 narrows it to two units, not warehouse 1's
+-- thirty.
+SELECT leapfrog.remaining('join');
+SELECT w, i, count(id) FROM line_stock WHERE w = 1 AND i BETWEEN 3 AND 4 GROUP BY w, i ORDER BY i;
+SELECT w, i, count(id) FROM jn_eager.line_stock WHERE w = 1 AND i BETWEEN 3 AND 4 GROUP BY w, i ORDER BY i;
+SELECT leapfrog.remaining('join');
 SELECT * FROM jn_eager.line_stock WHERE w = 4 ORDER BY id;
 -- A stock row without lines: one output row, NULL-extended.
 SELECT * FROM line_stock WHERE w = 5;
@@ -77,6 +92,9 @@ UPDATE jn_eager.line_stock SET qty = qty - 1 WHERE w = 3 AND i = 20;
 DELETE FROM line_stock WHERE id = 101;
 DELETE FROM jn_eager.line_stock WHERE id = 101;
 -- An insert meets the unique id of a line not migrated yet, as eagerly.
+-- The id it writes pins a line: the rows whose key could conflict are
+-- found by a look-up of line's primary key.
+SELECT public.regress_explain('INSERT INTO line_stock (w, i, id) VALUES (9, 9, 123) ON CONFLICT (id) DO NOTHING');
 INSERT INTO line_stock (w, i, id) VALUES (9, 9, 123) ON CONFLICT (id) DO NOTHING;
 INSERT INTO jn_eager.line_stock (w, i, id) VALUES (9, 9, 123) ON CONFLICT (id) DO NOTHING;
 SELECT * FROM line_stock WHERE id = 123;
@@ -86,9 +104,14 @@ SELECT * FROM jn_eager.line_stock WHERE id = 123;
 -- of no city is in no unit that produces a row.
 SELECT * FROM person_city WHERE id = 5;
 SELECT * FROM jn_eager.person_city WHERE id = 5;
--- Nice has nobody: one row, NULL-extended.
+-- Nice has nobody: one row, NULL-extended.  Pinned by city's key.
+SELECT public.regress_explain($q$SELECT * FROM person_city WHERE city = 'Nice'$q$);
 SELECT * FROM person_city WHERE city = 'Nice';
 SELECT * FROM jn_eager.person_city WHERE city = 'Nice';
+-- Lima's unit is found by its key, and computes no row: the mapping leaves
+-- PE out.
+SELECT * FROM person_city WHERE city = 'Lima' AND id > 0;
+SELECT * FROM jn_eager.person_city WHERE city = 'Lima' AND id > 0;
 SELECT city, count(*) FROM person_city GROUP BY city ORDER BY city;
 SELECT city, count(*) FROM jn_eager.person_city GROUP BY city ORDER BY city;
 SELECT leapfrog.remaining('join');
