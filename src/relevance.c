@@ -777,9 +777,12 @@ pinned_units(Query *level, int o, RelCtx *cx, const char *target)
 	List	   *maps = lf_mappings_for_target(orig->relid);
 	List	   *rest = NIL;
 	List	   *conds;
+	bool		joins = false;
 	ListCell   *lc;
 
-	if (orig->securityQuals != NIL || level->hasModifyingCTE ||
+	foreach(lc, maps)
+		joins |= ((LfMapping *) lfirst(lc))->kind == LF_MAP_JOIN;
+	if (!joins || orig->securityQuals != NIL || level->hasModifyingCTE ||
 		(conds = own_quals(level, o)) == NIL)
 		return maps;
 	foreach(lc, maps)
