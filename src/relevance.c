@@ -766,9 +766,10 @@ pin_unit(LfMapping *m, List *conds, int varno, List **probe, List **values)
  * without the executor, where the statement's own query over the mapping
  * starts a plan of the join (about 80k instructions a statement, most of
  * the relevance cost on TPC-C's join).  It may find more rows than the
- * statement needs (the statement's other conditions are left out), never
- * fewer.  Not where the new table has row security.  Returns the mappings
- * of o it did not pin.
+ * statement needs (its conditions that input_conds cannot carry over, on
+ * the other input's columns for one, are left out), never fewer.  Not
+ * where the new table has row security.  Returns the mappings of o it did
+ * not pin.
  */
 static List *
 pinned_units(Query *level, int o, RelCtx *cx, const char *target)
