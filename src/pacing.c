@@ -30,7 +30,9 @@
  * migration.
  *
  * So on an idle server the workers run flat out, and under a steady load
- * they fill the cores the load leaves, less the headroom.  At saturation
+ * they fill the cores the load leaves, less the headroom.  (As many workers
+ * as cores keep just under a core each once anything else runs: the
+ * headroom on it, shared.)  At saturation
  * every CPU second a worker takes is one the sessions lose: there the
  * workers keep to the floor, the migration's guaranteed progress.  (They
  * ran flat out there until 2026-11-27, so that the migration's cost to
