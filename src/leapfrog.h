@@ -543,6 +543,8 @@ extern bool lf_probe_index(PlannedStmt *ps, Snapshot snap, ParamListInfo params,
 						   void (*add) (void *arg, ItemPointer tid), void *arg);
 extern bool lf_simple_value(Node *e, ParamListInfo params, bool speculative, Datum *out,
 							bool *isnull);
+extern void lf_eval_value(Expr *e, ParamListInfo params, EState **estate, Datum *out,
+						  bool *isnull);
 extern bool lf_has_parameter(Node *node);
 extern List *lf_retired_pin(LfMigration *mig, LfMapping *m, List *conds, int varno,
 							List **values);

@@ -1379,18 +1379,9 @@ lf_live_eval_pinned(List *pinned, ParamListInfo params, EState **estate, Datum *
 
 	foreach(lc, pinned)
 	{
-		Expr	   *e = lfirst(lc);
 		int			k = foreach_current_index(lc);
 
-		if (lf_simple_value((Node *) e, params, false, &values[k], &nulls[k]))
-			continue;
-		if (*estate == NULL)
-		{
-			*estate = CreateExecutorState();
-			(*estate)->es_param_list_info = params;
-		}
-		values[k] = ExecEvalExprSwitchContext(ExecPrepareExpr(e, *estate),
-											  GetPerTupleExprContext(*estate), &nulls[k]);
+		lf_eval_value(lfirst(lc), params, estate, &values[k], &nulls[k]);
 	}
 }
 

@@ -20,8 +20,8 @@
  * external Param of the expected type, or an expression of those
  * (evaluated as the executor evaluates a run-time key).  Anything else,
  * and a lone parameter whose value is missing or of another type (the
- * executor's error), runs the plan (migrate.c, run_plan).  Privileges are checked as the executor
- * would (ExecCheckRTPerms).
+ * executor's error), runs the plan (migrate.c, run_plan).  Privileges are
+ * checked as the executor would (ExecCheckRTPerms).
  *
  * Locking: the caller holds the plan's relations (migrate.c,
  * lock_plan_relations); the index is locked as the executor locks it, with
@@ -90,33 +90,45 @@ lf_simple_value(Node *e, ParamListInfo params, bool speculative, Datum *out, boo
 }
 
 /*
- * The value of an index qual's right side: a Const or an external Param
- * read directly, another expression of those (PL/pgSQL's p_items[i])
- * evaluated in *estate (made here, freed by the caller), as the executor
- * evaluates a run-time key.  False if it reads rows or a parameter of the
- * executor, or a Param has no value of its type: the plan runs instead.
+ * The value of e, a planned expression that reads no rows: lf_simple_value's,
+ * or e evaluated in *estate (made here on first use, with params; the
+ * caller frees it), as the executor evaluates a run-time key.
  */
-static bool
-qual_value(Node *value, ParamListInfo params, EState **estate, Datum *out, bool *isnull)
+void
+lf_eval_value(Expr *e, ParamListInfo params, EState **estate, Datum *out, bool *isnull)
 {
 	MemoryContext old;
 	ExprState  *expr;
 
-	while (value && IsA(value, RelabelType))
-		value = (Node *) ((RelabelType *) value)->arg;
-	if (lf_simple_value(value, params, false, out, isnull))
-		return true;
-	if (value == NULL || IsA(value, Const) || IsA(value, Param) || lf_reads_rows(value))
-		return false;
+	if (lf_simple_value((Node *) e, params, false, out, isnull))
+		return;
 	if (*estate == NULL)
 	{
 		*estate = CreateExecutorState();
 		(*estate)->es_param_list_info = params;
 	}
 	old = MemoryContextSwitchTo((*estate)->es_query_cxt);
-	expr = ExecInitExpr((Expr *) value, NULL);
+	expr = ExecInitExpr(e, NULL);
 	MemoryContextSwitchTo(old);
 	*out = ExecEvalExprSwitchContext(expr, GetPerTupleExprContext(*estate), isnull);
+}
+
+/*
+ * The value of an index qual's right side (lf_eval_value: PL/pgSQL's
+ * p_items[i] is evaluated).  False if it reads rows or a parameter of the
+ * executor, or is a Param without a value of its type: the plan runs
+ * instead, and gives the executor's error.
+ */
+static bool
+qual_value(Node *value, ParamListInfo params, EState **estate, Datum *out, bool *isnull)
+{
+	while (value && IsA(value, RelabelType))
+		value = (Node *) ((RelabelType *) value)->arg;
+	if (lf_simple_value(value, params, false, out, isnull))
+		return true;
+	if (value == NULL || IsA(value, Const) || IsA(value, Param) || lf_reads_rows(value))
+		return false;
+	lf_eval_value((Expr *) value, params, estate, out, isnull);
 	return true;
 }
 

@@ -677,49 +677,28 @@ input_conds(LfMapping *m, int j, List *conds, int varno)
 }
 
 /*
- * SELECT ctid FROM input j of m WHERE the leading columns of its index
- * equal the values a statement pins them to (pin_unit's look-up), and the
- * statement's conditions conds (Vars varno) that input_conds carries over.
- * orig: the statement's entry for the new table, whose privileges the
- * executor checks as the statement's own; the input's entry is the
- * mapping's, checked as the mapping's is.
+ * SELECT ctid FROM input j of m WHERE the conditions conds (Vars varno) that
+ * input_conds carries over: those pin_unit found the look-up by among them,
+ * so the planner's plan is that index's scan.  orig: the statement's entry
+ * for the new table, whose privileges the executor checks as the
+ * statement's own; the input's entry is the mapping's, checked as the
+ * mapping's is.  NULL if none carries over (never expected).
  */
 static Query *
-unit_key_query(LfMapping *m, RangeTblEntry *orig, List *probe, List *values, List *conds,
-			   int varno)
+unit_key_query(LfMapping *m, int j, RangeTblEntry *orig, List *conds, int varno)
 {
-	Oid			input = (Oid) intVal(lfourth(probe));
-	int			j = input == m->inputs[0] ? 0 : 1;
-	Relation	idx = index_open((Oid) intVal(linitial(probe)), AccessShareLock);
-	Query	   *q = makeNode(Query);
-	RangeTblEntry *from = copyObject(rt_fetch(m->rtis[j], m->query->rtable));
-	RangeTblEntry *perm = copyObject(orig);
-	RangeTblRef *rtr = makeNode(RangeTblRef);
-	List	   *quals = NIL;
+	List	   *quals = input_conds(m, j, conds, varno);
+	Query	   *q;
+	RangeTblEntry *from;
+	RangeTblEntry *perm;
+	RangeTblRef *rtr;
 
-	Assert(from->rtekind == RTE_RELATION && from->relid == input);
-	for (int k = 0; k < list_length(values); k++)
-	{
-		AttrNumber	attno = idx->rd_index->indkey.values[k];
-		Oid			type;
-		Oid			coll;
-		int32		typmod;
-		Expr	   *col;
-		OpExpr	   *op;
-
-		get_atttypetypmodcoll(input, attno, &type, &typmod, &coll);
-		col = (Expr *) makeVar(1, attno, type, typmod, coll, 0);
-		if (type != idx->rd_opcintype[k])	/* binary coercible (lf_retired_pin) */
-			col = (Expr *) makeRelabelType(col, idx->rd_opcintype[k], -1, coll,
-										   COERCE_IMPLICIT_CAST);
-		op = (OpExpr *) make_opclause(list_nth_oid(lsecond(probe), k), BOOLOID, false, col,
-									  copyObject(list_nth(values, k)), InvalidOid,
-									  list_nth_oid(lthird(probe), k));
-		set_opfuncid(op);
-		quals = lappend(quals, op);
-	}
-	index_close(idx, AccessShareLock);
-	quals = list_concat(quals, input_conds(m, j, conds, varno));
+	if (quals == NIL)
+		return NULL;
+	q = makeNode(Query);
+	from = copyObject(rt_fetch(m->rtis[j], m->query->rtable));
+	perm = copyObject(orig);
+	rtr = makeNode(RangeTblRef);
 	from->inFromCl = true;
 	perm->inFromCl = false;
 	perm->securityQuals = NIL;
@@ -731,33 +710,36 @@ unit_key_query(LfMapping *m, RangeTblEntry *orig, List *probe, List *values, Lis
 }
 
 /*
- * The join unit of mapping m that conds (conditions on the new table,
- * whose Vars varno read its columns) pin: lf_retired_pin's look-up (an
- * index of an input whose leading columns conds give, each copied
- * unchanged into the new table), into *probe and *values; false if none.
- * Every row of the new table that meets conds was computed from rows of
- * that input with those values (a row NULL-extended by an outer join has
- * NULL there, which no strict equality meets), so the input's rows with
- * them, whose units migrate whole, are enough.  The look-up sees rows the
- * mapping leaves out: only with operators that are leakproof.
+ * The relevance query of the join unit of mapping m that conds (conditions
+ * on the new table, whose Vars varno read its columns) pin, or NULL:
+ * lf_retired_pin's look-up, an index of input j whose leading columns conds
+ * give, each copied unchanged into the new table.  Every row of the new
+ * table that meets conds was computed from rows of that input with those
+ * values (a row NULL-extended by an outer join has NULL there, which no
+ * strict equality meets), so the input's rows with them, whose units
+ * migrate whole, are enough (unit_key_query).  The look-up sees rows the
+ * mapping leaves out: only with operators that are leakproof.  *input: the
+ * input whose rows it finds.
  */
-static bool
-pin_unit(LfMapping *m, List *conds, int varno, List **probe, List **values)
+static Query *
+pin_unit(LfMapping *m, List *conds, int varno, RangeTblEntry *orig, Oid *input)
 {
 	LfMigration *mig = m->kind == LF_MAP_JOIN ? lf_migration_by_input(m->input) : NULL;
+	List	   *values;
+	List	   *probe = mig ? lf_retired_pin(mig, m, conds, varno, &values) : NIL;
 	ListCell   *lc;
 
-	*probe = mig ? lf_retired_pin(mig, m, conds, varno, values) : NIL;
-	if (*probe == NIL)
-		return false;
-	foreach(lc, (List *) lsecond(*probe))
+	if (probe == NIL)
+		return NULL;
+	foreach(lc, (List *) lsecond(probe))
 	{
 		RegProcedure f = get_opcode(lfirst_oid(lc));
 
 		if (!func_strict(f) || !get_func_leakproof(f))
-			return false;
+			return NULL;
 	}
-	return true;
+	*input = (Oid) intVal(lfourth(probe));
+	return unit_key_query(m, *input == m->inputs[0] ? 0 : 1, orig, conds, varno);
 }
 
 /*
@@ -789,12 +771,11 @@ pinned_units(Query *level, int o, RelCtx *cx, const char *target)
 	foreach(lc, maps)
 	{
 		LfMapping  *m = lfirst(lc);
-		List	   *probe;
-		List	   *values;
+		Oid			input;
+		Query	   *q = pin_unit(m, conds, 1, orig, &input);
 
-		if (pin_unit(m, conds, 1, &probe, &values))
-			add_input_item(cx, unit_key_query(m, orig, probe, values, conds, 1), m,
-						   (Oid) intVal(lfourth(probe)), target, "key", LF_NEEDS_ROWS, NIL);
+		if (q)
+			add_input_item(cx, q, m, input, target, "key", LF_NEEDS_ROWS, NIL);
 		else
 			rest = lappend(rest, m);
 	}
@@ -1092,15 +1073,14 @@ key_relevance(Query *level, int r, RelCtx *cx)
 		Node	   *keys = (Node *) (list_length(disjuncts) == 1 ? linitial(disjuncts)
 									 : make_orclause(copyObject(disjuncts)));
 		Node	   *where;
-		List	   *probe;
-		List	   *values;
+		Oid			input;
 
 		/* one unique key, pinning a join unit: a look-up (pinned_units) */
-		if (list_length(disjuncts) == 1 && orig->securityQuals == NIL &&
-			pin_unit(m, only, mrti, &probe, &values))
+		q = list_length(disjuncts) == 1 && orig->securityQuals == NIL
+			? pin_unit(m, only, mrti, orig, &input) : NULL;
+		if (q)
 		{
-			add_input_item(cx, unit_key_query(m, orig, probe, values, only, mrti), m,
-						   (Oid) intVal(lfourth(probe)), get_rel_name(orig->relid),
+			add_input_item(cx, q, m, input, get_rel_name(orig->relid),
 						   "conflicting keys, key", LF_NEEDS_KEYS, NIL);
 			continue;
 		}
