@@ -370,11 +370,16 @@ split_barrier(RangeTblEntry *from)
  * most common change): the planner pushes them down as they are, and we add
  * them on the input's column (relevance.c's lf_raw_quals).  NULL if a
  * column does not have the target's type (never expected: start() coerces).
+ *
+ * Of a row mapping whose gate filters rows (one that copies a column as it
+ * is and filters none: a split's, say), the branch has no WHERE: *keeps is
+ * set to its conditions, in their order, and the union filters on them
+ * (union_rte says why).
  */
 static Query *
 mapping_branch(LfMapping *m, LfMigration *mig, RangeTblEntry *orig, int rti,
 			   List *conjuncts, List *checks, List *types, List *collations, Oid gate,
-			   ComputeCtx *cx)
+			   ComputeCtx *cx, List **keeps)
 {
 	RangeTblEntry *from = lf_map_rte(m, orig);
 	Query	   *branch;
@@ -470,7 +475,12 @@ mapping_branch(LfMapping *m, LfMigration *mig, RangeTblEntry *orig, int rti,
 		if (!equal(raw, c))
 			quals = lappend(quals, raw);
 	}
-	branch->jointree->quals = (Node *) make_ands_explicit(quals);
+	*keeps = NIL;
+	if (m->kind == LF_MAP_ROWS && types != NIL &&
+		IsA(lthird(((FuncExpr *) linitial(quals))->args), Var))
+		*keeps = quals;
+	else
+		branch->jointree->quals = (Node *) make_ands_explicit(quals);
 	return branch;
 }
 
@@ -526,6 +536,28 @@ constraint_quals(Relation rel)
 }
 
 /*
+ * Add columns lf_keep_1 to lf_keep_n to a union branch's sub-query
+ * (union_rte): the conditions keeps, then true.
+ */
+static void
+add_keep_columns(RangeTblEntry *rte, List *keeps, int n)
+{
+	Query	   *q = rte->subquery;
+
+	for (int i = 0; i < n; i++)
+	{
+		char	   *name = psprintf("lf_keep_%d", i + 1);
+		Node	   *keep = i < list_length(keeps) ? list_nth(keeps, i)
+			: (Node *) makeBoolConst(true, false);
+
+		q->targetList = lappend(q->targetList,
+								makeTargetEntry((Expr *) keep, list_length(q->targetList) + 1,
+												name, false));
+		rte->eref->colnames = lappend(rte->eref->colnames, makeString(name));
+	}
+}
+
+/*
  * The union standing for occurrence orig of a new table, or NULL if it
  * cannot be built.
  */
@@ -545,6 +577,8 @@ union_rte(RangeTblEntry *orig, int rti, List *conjuncts, List *mappings, Compute
 	RangeTblEntry *result;
 	Oid			gate = sees_start_func();
 	List	   *checks = constraint_quals(rel);
+	List	   *keeps = NIL;	/* per mapping branch: its conditions as columns */
+	int			nkeeps = 0;
 	ListCell   *lc;
 	int			i;
 
@@ -580,8 +614,9 @@ union_rte(RangeTblEntry *orig, int rti, List *conjuncts, List *mappings, Compute
 	{
 		LfMapping  *m = lfirst(lc);
 		LfMigration *mig = lf_migration_by_input(m->input);
+		List	   *keep = NIL;
 		Query	   *branch = mig ? mapping_branch(m, mig, orig, rti, conjuncts, checks, types,
-												  collations, gate, cx) : NULL;
+												  collations, gate, cx, &keep) : NULL;
 		SetOperationStmt *op;
 		RangeTblRef *l,
 				   *r = makeNode(RangeTblRef);
@@ -598,6 +633,8 @@ union_rte(RangeTblEntry *orig, int rti, List *conjuncts, List *mappings, Compute
 			return NULL;
 		}
 		u->rtable = lappend(u->rtable, subquery_rte(branch, "lf_mapped"));
+		keeps = lappend(keeps, keep);
+		nkeeps = Max(nkeeps, list_length(keep));
 		r->rtindex = list_length(u->rtable);
 		if (setop == NULL)
 		{
@@ -628,6 +665,47 @@ union_rte(RangeTblEntry *orig, int rti, List *conjuncts, List *mappings, Compute
 	u->jointree = makeFromExpr(NIL, NULL);
 	u->targetList = top_tlist;
 	u->setOperations = setop;
+
+	/*
+	 * A branch with a condition in its WHERE is never flattened into the
+	 * union's append relation (is_safe_append_member): it stays a sub-query,
+	 * and every read that computes starts a Subquery Scan node over the
+	 * input's scan, whose target list is all the table's columns.  So the
+	 * branches of mapping_branch's *keeps give their conditions as columns
+	 * instead, lf_keep_1 to lf_keep_n (true in the other branches), and the
+	 * union is read as SELECT <columns> FROM (union) WHERE lf_keep_1 AND ...
+	 * The planner then scans the input as a member of the append relation,
+	 * with those conditions first among its filters, in their order (a
+	 * sub-query's conditions are placed before the statement's, and the
+	 * filters are ordered by cost, stably), as a branch's WHERE had them;
+	 * it drops them where they are true.
+	 */
+	if (nkeeps > 0)
+	{
+		List	   *tlist = list_copy(top_tlist);
+		List	   *quals = NIL;
+		int			natts = list_length(top_tlist);
+
+		add_keep_columns(linitial(u->rtable), NIL, nkeeps);
+		foreach(lc, keeps)
+			add_keep_columns(list_nth(u->rtable, foreach_current_index(lc) + 1),
+							 lfirst(lc), nkeeps);
+		for (i = 1; i <= nkeeps; i++)
+		{
+			Var		   *v = makeVar(1, natts + i, BOOLOID, -1, InvalidOid, 0);
+
+			/* every set operation has these lists (lappend keeps a list's address) */
+			types = lappend_oid(types, BOOLOID);
+			typmods = lappend_int(typmods, -1);
+			collations = lappend_oid(collations, InvalidOid);
+			u->targetList = lappend(u->targetList,
+									makeTargetEntry((Expr *) v, natts + i,
+													psprintf("lf_keep_%d", i), false));
+			quals = lappend(quals, copyObject(v));
+		}
+		Assert(((SetOperationStmt *) setop)->colTypes == types);
+		u = simple_select(subquery_rte(u, "lf_union"), tlist, (Node *) make_ands_explicit(quals));
+	}
 
 	result = makeNode(RangeTblEntry);
 	result->rtekind = RTE_SUBQUERY;
