@@ -63,6 +63,7 @@
 #include "fmgr.h"
 #include "nodes/makefuncs.h"
 #include "nodes/nodeFuncs.h"
+#include "optimizer/clauses.h"
 #include "optimizer/planner.h"
 #include "parser/parse_func.h"
 #include "parser/parsetree.h"
@@ -374,7 +375,9 @@ split_barrier(RangeTblEntry *from)
  * Of a row mapping whose gate filters rows (one that copies a column as it
  * is and filters none: a split's, say), the branch has no WHERE: *keeps is
  * set to its conditions, in their order, and the union filters on them
- * (union_rte says why).
+ * (union_rte says why).  Not if one is volatile or has a sub-query (a
+ * CHECK constraint's, a statement's condition): the planner flattens no
+ * branch with such a column, and the WHERE keeps the order it always had.
  */
 static Query *
 mapping_branch(LfMapping *m, LfMigration *mig, RangeTblEntry *orig, int rti,
@@ -477,7 +480,8 @@ mapping_branch(LfMapping *m, LfMigration *mig, RangeTblEntry *orig, int rti,
 	}
 	*keeps = NIL;
 	if (m->kind == LF_MAP_ROWS && types != NIL &&
-		IsA(lthird(((FuncExpr *) linitial(quals))->args), Var))
+		IsA(lthird(((FuncExpr *) linitial(quals))->args), Var) &&
+		!contain_volatile_functions((Node *) quals) && !contain_subplans((Node *) quals))
 		*keeps = quals;
 	else
 		branch->jointree->quals = (Node *) make_ands_explicit(quals);
