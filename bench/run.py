@@ -78,6 +78,11 @@ def main():
                          "a failed build only makes the lazy strategies unavailable)")
     ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", type=_setting,
                     help="extra server setting, e.g. leapfrog.background_workers=3 (repeatable)")
+    ap.add_argument("--variant-set", action="append", default=[], metavar="NAME=VALUE",
+                    type=_setting,
+                    help="server setting of strategy lazy_variant only, e.g. "
+                         "leapfrog.batch_size=1000 (repeatable): its effect against lazy, "
+                         "in interleaved rounds")
     ap.add_argument("--keep-cluster", action="store_true", help="keep the cluster directory")
     ap.add_argument("--keep-raw", action="store_true", help="keep pgbench logs uncompressed")
     args = ap.parse_args()
@@ -86,7 +91,7 @@ def main():
     from leapfrog_bench.migrations import MIGRATIONS
     from leapfrog_bench.profiles import PROFILES
     from leapfrog_bench.runner import Runner, try_install
-    from leapfrog_bench.strategies import LAZY, STRATEGIES
+    from leapfrog_bench.strategies import LAZY, LAZY_VARIANTS, STRATEGIES
 
     prof = dict(PROFILES[args.profile])
     prof["name"] = args.profile
@@ -100,6 +105,9 @@ def main():
         unknown = [x for x in prof[k] if x not in known]
         if unknown:
             ap.error(f"unknown {k}: {', '.join(unknown)} (known: {', '.join(known)})")
+    if ("lazy_variant" in prof["strategies"]) != bool(args.variant_set):
+        ap.error("--variant-set goes with strategy lazy_variant, and lazy_variant with it")
+    LAZY_VARIANTS["lazy_variant"]["server_settings"].update(dict(args.variant_set))
     if args.strategies:
         # strategies named on the command line run on every chosen migration
         prof.pop("only", None)

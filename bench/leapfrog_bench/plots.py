@@ -21,6 +21,7 @@ STYLE = {
     "lazy_nobg": dict(color="#2ca02c", ls=":", label="lazy, no background"),
     "lazy_migrate": dict(color="#17becf", ls="--", label="lazy, reads migrate"),
     "lazy_unpaced": dict(color="#9467bd", ls="--", label="lazy, workers not paced"),
+    "lazy_variant": dict(color="#8c564b", ls="--", label="lazy, --variant-set settings"),
 }
 LOAD_TITLE = {"saturated": "unthrottled clients (saturation)",
               "rate": "fixed request rate (headroom)"}

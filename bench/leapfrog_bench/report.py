@@ -162,6 +162,8 @@ def write_markdown(runner, path, figs):
              "- lazy_migrate: lazy with the clients' leapfrog.read_mode = migrate (plain reads "
              "migrate the rows they need instead of computing them, the default).\n"
              "- lazy_unpaced: lazy with leapfrog.background_min_share = 1 (the workers run flat "
-             "out whatever the load, as before pacing).\n")
+             "out whatever the load, as before pacing).\n"
+             "- lazy_variant: lazy with the server settings given to bench/run.py as "
+             "--variant-set (in meta.variant_settings of summary.json).\n")
     with open(path, "w") as f:
         f.write("\n".join(L))

@@ -48,6 +48,8 @@ class Runner:
         self.progress = {}     # (load, migration, strategy) -> [(t_rel, frac)]
         self.markers = {}      # (load, migration, strategy) -> {start,complete,...} t from origin
         self.meta = {}
+        if "lazy_variant" in self.p.get("strategies", ()):
+            self.meta["variant_settings"] = dict(LAZY_VARIANTS["lazy_variant"]["server_settings"])
         self.failures = []
         self._crash_lines = 0
 

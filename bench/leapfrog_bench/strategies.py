@@ -16,7 +16,7 @@ import psycopg
 from psycopg import errors
 
 STRATEGIES = ["baseline", "redeploy", "eager", "multistep", "lazy", "lazy_nobg",
-              "lazy_migrate", "lazy_unpaced"]
+              "lazy_migrate", "lazy_unpaced", "lazy_variant"]
 # The lazy strategies all run the Lazy driver; they differ in the server's
 # settings during the run (ALTER SYSTEM, reset after it) and in the settings
 # of the load's client sessions (pgbench's; given through PGOPTIONS, so
@@ -30,6 +30,9 @@ LAZY_VARIANTS = {
     # the workers run flat out whatever the load (no pacing)
     "lazy_unpaced": dict(server_settings={"leapfrog.background_min_share": "1"},
                          client_settings={}),
+    # lazy with the server settings of run.py's --variant-set: a setting's
+    # effect, in rounds interleaved with lazy's
+    "lazy_variant": dict(server_settings={}, client_settings={}),
 }
 LAZY = tuple(LAZY_VARIANTS)
 

@@ -126,6 +126,19 @@ def test_report_compares_lazy_variants_with_lazy(tmp_path):
     assert "lazy/lazy" not in text and "| lazy_migrate | ok |" in text
 
 
+def test_lazy_variant_runs_with_its_settings_and_says_which(tmp_path, monkeypatch):
+    """lazy_variant: the server settings run.py's --variant-set gave it,
+    applied for its runs only, and recorded in summary.json's meta."""
+    from leapfrog_bench import strategies
+    from leapfrog_bench.runner import Runner
+    monkeypatch.setitem(strategies.LAZY_VARIANTS["lazy_variant"], "server_settings",
+                        {"leapfrog.batch_size": "1000"})
+    assert strategies.server_settings("lazy_variant") == {"leapfrog.batch_size": "1000"}
+    assert strategies.server_settings("lazy") == {}
+    r = Runner({"name": "t", "strategies": ["baseline", "lazy", "lazy_variant"]}, str(tmp_path))
+    assert r.meta["variant_settings"] == {"leapfrog.batch_size": "1000"}
+
+
 def test_client_settings_reach_pgbench_through_pgoptions(tmp_path, monkeypatch):
     from leapfrog_bench.strategies import DRIVERS, LAZY, Lazy, client_settings
     from leapfrog_bench.workload import PgbenchRun
