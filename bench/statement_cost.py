@@ -28,7 +28,17 @@ is the average over passes N to 3N, as the share of rows already migrated
 grows (at W=1, 36 passes touch about 1000 of the 30000 customers).
 
     .venv/bin/python bench/statement_cost.py [--migration split] [--passes 12] [--functions 30]
+        [--warehouses 1] [--cache-sim]
 
+--warehouses W loads W warehouses (default 1); every transaction's home
+warehouse is then drawn (seeded) among them, as the bench's clients spread.
+--cache-sim also counts, per transaction, valgrind's simulated cache
+misses: D1mr + D1mw (first-level data) and DLmr + DLmw (last level, the
+reads and writes that go to memory).  Instructions do not show what a
+larger working set costs; these do, on this machine whose virtual CPUs
+expose no hardware counters.  About twice as slow.  The last level is the
+host's as valgrind reads it (this machine reports a 260 MB L3 that its
+tenants share), or --cache-sim=BYTES (16-way, 64-byte lines).
 --keep DIR keeps the callgrind files (callgrind_annotate reads them).
 --functions K lists the K functions whose own instructions per transaction
 differ most between eager and lazy (callgrind_annotate; PostgreSQL's static
@@ -80,6 +90,7 @@ def statement(sql):
 
 
 def session(mig, strategy, passes):
+    home = random.Random(2)     # the same warehouses in every run's first passes
     out = [statement("SELECT setseed(0.25)"), statement("BEGIN")]
     if strategy == "lazy":
         out.append(statement("SELECT leapfrog.start('cost', $lfs$%s$lfs$)" % mig.script()))
@@ -91,7 +102,7 @@ def session(mig, strategy, passes):
     out.append(statement("COMMIT"))
     for _ in range(passes):
         for f in PASS:
-            out.append(statement(f"SELECT {f}(1, {W})"))
+            out.append(statement(f"SELECT {f}({home.randint(1, W)}, {W})"))
     return "".join(out)
 
 
@@ -105,24 +116,28 @@ def throwaway_cluster(prefix):
     return cl, work
 
 
-def run_single(cl, db, text, work, tag):
-    """Instructions of one single-user session, and its callgrind file."""
+def run_single(cl, db, text, work, tag, cache_sim=False):
+    """The events of one single-user session ({"Ir": instructions, and with
+    cache_sim the cache misses}), and its callgrind file."""
     path = os.path.join(work, tag + ".sql")
     with open(path, "w") as f:
         f.write(text)
     out = os.path.join(work, tag + ".callgrind")
     res = run_as_server(
-        ["valgrind", "--tool=callgrind", "--callgrind-out-file=" + out,
-         cl.bindir / "postgres", "--single", "-j", "-D", cl.datadir,
+        ["valgrind", "--tool=callgrind", "--callgrind-out-file=" + out]
+        + (["--cache-sim=yes"] if cache_sim else [])
+        + ([f"--LL={cache_sim},16,64"] if cache_sim not in (None, "host") else []) +
+        [cl.bindir / "postgres", "--single", "-j", "-D", cl.datadir,
          "-c", "shared_preload_libraries=leapfrog", "-c", "leapfrog.background=off",
          "-c", "autovacuum=off", "-c", "log_min_messages=warning", db],
         timeout=3600, check=False, cwd=work, stdin_path=path)
-    m = re.search(r"Collected : (\d+)", res.stderr)
+    names = re.search(r"Events\s*: ([\w ]+)", res.stderr)
+    m = re.search(r"Collected : ([\d ]+)", res.stderr)
     errors = [line for line in res.stderr.splitlines() if "ERROR" in line]
-    if res.returncode != 0 or not m or errors:
+    if res.returncode != 0 or not m or not names or errors:
         raise RuntimeError(f"{tag}: single-user run failed ({res.returncode}):\n"
                            + "\n".join(errors or res.stderr.splitlines()[-20:]))
-    return int(m.group(1)), out
+    return dict(zip(names.group(1).split(), map(int, m.group(1).split()))), out
 
 
 def keep_files(files, keep):
@@ -159,7 +174,13 @@ def main():
     ap.add_argument("--functions", type=int, default=0)
     ap.add_argument("--strategies", default=",".join(STRATEGIES))
     ap.add_argument("--keep", metavar="DIR", help="copy the callgrind files into DIR")
+    ap.add_argument("--warehouses", type=int, default=1)
+    ap.add_argument("--cache-sim", nargs="?", const="host", metavar="LL_BYTES",
+                    help="also count simulated cache misses per transaction; the last "
+                         "level is the host's (valgrind's default) or LL_BYTES (16-way)")
     args = ap.parse_args()
+    global W
+    W = args.warehouses
     if not shutil.which("valgrind"):
         sys.exit("statement_cost: needs valgrind (apt-get install valgrind)")
     mig = MIGRATIONS[args.migration]
@@ -174,19 +195,28 @@ def main():
             for s, n in runs:
                 c.execute(f"CREATE DATABASE cost_{s}_{n} TEMPLATE tpcc STRATEGY FILE_COPY")
         cl.stop()
-        total, files = {}, {}
+        events, files = {}, {}
         for s, n in runs:
-            total[s, n], files[s, n] = run_single(cl, f"cost_{s}_{n}", session(mig, s, n),
-                                                  work, f"{s}_{n}")
-            print(f"{s:6s} {n:4d} passes: {total[s, n]:,} instructions", flush=True)
+            events[s, n], files[s, n] = run_single(cl, f"cost_{s}_{n}", session(mig, s, n),
+                                                   work, f"{s}_{n}", args.cache_sim)
+            print(f"{s:6s} {n:4d} passes: {events[s, n]['Ir']:,} instructions", flush=True)
         ntx = 2 * args.passes * len(PASS)
-        per = {s: (total[s, 3 * args.passes] - total[s, args.passes]) / ntx for s in strategies}
-        print(f"\n{args.migration}, W={W}, {args.passes} and {3 * args.passes} passes of "
-              f"{len(PASS)} transactions in the TPC-C mix: instructions per transaction")
-        for s in strategies:
-            ratios = ", ".join(f"{s}/{o} {per[s] / per[o]:.3f}" for o in strategies
-                               if o != s and strategies.index(o) < strategies.index(s))
-            print(f"{s:6s} {per[s]:12,.0f}   {ratios}")
+
+        def per_tx(names):
+            return {s: sum(events[s, 3 * args.passes][e] - events[s, args.passes][e]
+                           for e in names) / ntx for s in strategies}
+        figures = [("instructions", ["Ir"])]
+        if args.cache_sim:
+            figures += [("first-level data misses (D1mr + D1mw)", ["D1mr", "D1mw"]),
+                        ("last-level misses, to memory (DLmr + DLmw)", ["DLmr", "DLmw"])]
+        for title, names in figures:
+            per = per_tx(names)
+            print(f"\n{args.migration}, W={W}, {args.passes} and {3 * args.passes} passes of "
+                  f"{len(PASS)} transactions in the TPC-C mix: {title} per transaction")
+            for s in strategies:
+                ratios = ", ".join(f"{s}/{o} {per[s] / per[o]:.3f}" for o in strategies
+                                   if o != s and strategies.index(o) < strategies.index(s))
+                print(f"{s:6s} {per[s]:12,.0f}   {ratios}")
         if args.functions and {"eager", "lazy"} <= set(strategies):
             own = {k: own_costs(f) for k, f in files.items()}
 
