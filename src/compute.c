@@ -698,7 +698,6 @@ union_rte(RangeTblEntry *orig, int rti, List *conjuncts, List *mappings, Compute
 		{
 			Var		   *v = makeVar(1, natts + i, BOOLOID, -1, InvalidOid, 0);
 
-			/* every set operation has these lists (lappend keeps a list's address) */
 			types = lappend_oid(types, BOOLOID);
 			typmods = lappend_int(typmods, -1);
 			collations = lappend_oid(collations, InvalidOid);
@@ -707,7 +706,13 @@ union_rte(RangeTblEntry *orig, int rti, List *conjuncts, List *mappings, Compute
 													psprintf("lf_keep_%d", i), false));
 			quals = lappend(quals, copyObject(v));
 		}
-		Assert(((SetOperationStmt *) setop)->colTypes == types);
+		/* the set operations, a left-deep chain, take the longer column lists */
+		for (Node *n = setop; IsA(n, SetOperationStmt); n = ((SetOperationStmt *) n)->larg)
+		{
+			((SetOperationStmt *) n)->colTypes = types;
+			((SetOperationStmt *) n)->colTypmods = typmods;
+			((SetOperationStmt *) n)->colCollations = collations;
+		}
 		u = simple_select(subquery_rte(u, "lf_union"), tlist, (Node *) make_ands_explicit(quals));
 	}
 
