@@ -84,7 +84,12 @@ def main():
                          "leapfrog.batch_size=1000 (repeatable): its effect against lazy, "
                          "in interleaved rounds")
     ap.add_argument("--keep-cluster", action="store_true", help="keep the cluster directory")
-    ap.add_argument("--keep-raw", action="store_true", help="keep pgbench logs uncompressed")
+    ap.add_argument("--keep-raw", action="store_true",
+                    help="keep pgbench logs uncompressed (and perf.data with --perf)")
+    ap.add_argument("--perf", action="store_true",
+                    help="sample the machine with `perf record -a` in every run's migration "
+                         "window: raw/<load>/<run>/perf.json, by kind of process and function "
+                         "(compare two with bench/perf_diff.py)")
     args = ap.parse_args()
 
     ensure_venv()
@@ -136,7 +141,13 @@ def main():
     if args.install == "yes" or (args.install == "auto" and any(
             s in LAZY for s in prof["strategies"])):
         try_install(REPO, out, log)
-    r = Runner(prof, out, log=log, keep_cluster=args.keep_cluster, keep_raw=args.keep_raw).run()
+    if args.perf:
+        from leapfrog_bench import perf
+        if not perf.available():
+            ap.error("--perf: `perf record -a -e cpu-clock` does not run here "
+                     "(install linux-perf; root, or kernel.perf_event_paranoid <= 0)")
+    r = Runner(prof, out, log=log, keep_cluster=args.keep_cluster, keep_raw=args.keep_raw,
+               perf_profile=args.perf).run()
     latest = os.path.join(HERE, "out", f"latest-{args.profile}")
     try:
         if os.path.islink(latest):

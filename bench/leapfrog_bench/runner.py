@@ -13,6 +13,7 @@ import time
 import psycopg
 
 from . import metrics, plots, report, tpcc
+from . import perf
 from .cpu import KINDS, CpuSampler
 from .waits import WaitSampler, lock_waits, summarize
 from leapfrog_cluster import Cluster
@@ -34,7 +35,8 @@ RUNDB = "tpcc_run"
 
 
 class Runner:
-    def __init__(self, prof, outdir, log=print, keep_cluster=False, keep_raw=False):
+    def __init__(self, prof, outdir, log=print, keep_cluster=False, keep_raw=False,
+                 perf_profile=False):
         self.p = prof
         # absolute: pgbench runs in another directory and reads its scripts
         # from here (a relative --out made every run commit nothing)
@@ -42,6 +44,7 @@ class Runner:
         self.log = log
         self.keep_cluster = keep_cluster
         self.keep_raw = keep_raw
+        self.perf_profile = perf_profile
         self.results = {}      # load -> migration -> strategy -> dict
         self.series = []       # timeseries rows
         self.cdfs = {}         # (load, migration, strategy) -> arrays
@@ -316,6 +319,10 @@ class Runner:
                                      "input_rows": self._input_rows(mig)},
                              log=self.log)
         drv.start()
+        window = None
+        if self.perf_profile:
+            window = perf.PerfWindow(os.path.join(rundir, "perf.data"), t_m, t_end)
+            window.start()
         try:
             pg.wait(timeout=duration + 3600)
         finally:
@@ -324,6 +331,8 @@ class Runner:
         drv.join(timeout=3600)
         waits.stop()
         cpu.stop()
+        if window:
+            window.join(timeout=60)
         if drv.is_alive():
             drv.status, drv.error = "failed", "driver still running an hour after the load ended"
         extra = {}
@@ -364,6 +373,9 @@ class Runner:
             "events_s": {k: round(v - t_m, 3) for k, v in drv.events.items()},
             "notes": drv.notes,
         })
+        if window:
+            res["perf_samples"] = perf.write_profile(rundir, window, cpu, res["committed"],
+                                                     keep_data=self.keep_raw)
         if rate and res.get("min_tps_5s") is not None:
             res["min_tps_5s_vs_rate"] = round(res["min_tps_5s"] / rate, 3)
         if extra.get("server_crash"):

@@ -337,3 +337,44 @@ def test_switch_latency_places_transactions_by_scheduled_start(tmp_path):
                  "2 1 failed 1 1700000010 0 0 1\n")
     rows = switch_latency.load(str(tmp_path))
     assert [(round(s, 3), lat, sc) for s, lat, sc in rows] == [(0.0, 1.0, 0), (8.251, 250.0, 2)]
+
+
+def test_perf_profile_splits_samples_by_kind_of_process(tmp_path):
+    """`perf report`'s lines go to the kind of the process that took them:
+    the server's processes by CpuSampler's kinds, pid 0 idle, any other
+    process host; perf_diff prints them per committed transaction."""
+    import json
+    import subprocess
+    import sys
+    from leapfrog_bench.cpu import CpuSampler
+    from leapfrog_bench.perf import kinds_by_pid, parse_report
+    s = CpuSampler("/nonexistent")
+    s.samples = [(1.0, {10: ("clients", 1.0), 20: ("workers", 0.1)}, 0.0),
+                 (2.0, {10: ("clients", 2.0), 30: ("autovacuum", 0.1)}, 0.0)]
+    kinds = kinds_by_pid(s)
+    assert kinds == {10: "clients", 20: "workers", 30: "autovacuum"}
+    text = ("# header\n"
+            "  40 \t     10:postgres \t/usr/lib/postgresql/15/bin/postgres\t[.] _bt_compare\n"
+            "  10 \t     10:postgres \t[kernel.kallsyms]\t[k] copy_folio_from_iter_atomic\n"
+            "   5 \t     20:postgres \t/usr/lib/postgresql/15/lib/leapfrog.so\t[.] lf_step\n"
+            "  99 \t      0:swapper  \t[kernel.kallsyms]\t[k] pv_native_safe_halt\n"
+            "   7 \t   4242:pgbench  \t/usr/bin/pgbench\t[.] doCustom\n"
+            "   3 \t     10:postgres \t/usr/lib/postgresql/15/bin/postgres\t[.] _bt_compare\n")
+    got = parse_report(text, kinds)
+    assert got == {"clients": {"postgres [.] _bt_compare": 43,
+                               "[kernel.kallsyms] [k] copy_folio_from_iter_atomic": 10},
+                   "workers": {"leapfrog.so [.] lf_step": 5},
+                   "idle": {"[kernel.kallsyms] [k] pv_native_safe_halt": 99},
+                   "host": {"pgbench [.] doCustom": 7}}
+    # perf_diff: 499 samples per CPU second, so 499 samples over 1000
+    # committed transactions are 1000 us per transaction
+    for name, n, committed in (("a.json", 499, 1000), ("b.json", 998, 1000)):
+        (tmp_path / name).write_text(json.dumps({
+            "frequency_hz": 499, "committed": committed, "seconds": 10,
+            "samples": {"clients": n}, "by_kind": {"clients": {"postgres [.] f": n}}}))
+    out = subprocess.run([sys.executable, os.path.join(os.path.dirname(__file__), "..",
+                                                       "perf_diff.py"),
+                          str(tmp_path / "a.json"), str(tmp_path / "b.json")],
+                         capture_output=True, text=True, check=True).stdout
+    assert "clients          1000.0     2000.0   2.00" in out
+    assert "  1000.0   2000.0  +1000.0  postgres [.] f" in out
