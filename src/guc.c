@@ -20,7 +20,6 @@ int			lf_batch_size = 5000;
 int			lf_background_naptime = 0;
 double		lf_background_headroom = 0.25;
 double		lf_background_min_share = 0.1;
-bool		lf_background_idle_priority = true;
 int			lf_background_workers = 2;
 int			lf_lock_timeout = 50;
 int			lf_lock_retries = 40;
@@ -81,12 +80,6 @@ lf_define_gucs(void)
 							 "The floor on the migrations' progress at saturation, shared evenly by the "
 							 "running workers.  1 turns pacing off.",
 							 &lf_background_min_share, 0.1, 0.01, 1.0,
-							 PGC_SIGHUP, 0, NULL, NULL, NULL);
-	DefineCustomBoolVariable("leapfrog.background_idle_priority",
-							 "Paced background workers run under the idle scheduling policy (Linux).",
-							 "A session that wants a core takes it from a worker at once; "
-							 "at saturation the workers keep to the floor at normal priority.",
-							 &lf_background_idle_priority, true,
 							 PGC_SIGHUP, 0, NULL, NULL, NULL);
 	DefineCustomIntVariable("leapfrog.background_workers",
 							"Background workers per database with a running migration.",

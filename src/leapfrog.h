@@ -93,7 +93,6 @@ extern int	lf_batch_size;
 extern int	lf_background_naptime;
 extern double lf_background_headroom;
 extern double lf_background_min_share;
-extern bool lf_background_idle_priority;
 extern int	lf_background_workers;
 extern int	lf_lock_timeout;
 extern int	lf_lock_retries;
@@ -571,7 +570,6 @@ extern void lf_pacing_register(void);
 extern uint64 lf_pacing_cpu_now(void);
 extern long lf_pacing_pause_ms(TimestampTz started, uint64 cpu_us, double *share);
 extern int	lf_pacing_batch_rows(void);
-extern bool lf_pacing_schedule(void);
 
 /* worker.c */
 extern void lf_shmem_request(void);

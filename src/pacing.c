@@ -56,21 +56,6 @@
  * workers flat out, the queue that built kept the server busy through every
  * look after, and p99 was 2 s.
 
- * Scheduling (leapfrog.background_idle_priority, Linux): a paced worker
- * runs under SCHED_IDLE, so a session that becomes runnable takes the core
- * from it at once, rather than after the worker's time slice; the pauses
- * above set how much CPU the workers take, the policy when.  (Why: at a
- * fixed rate of 65% of saturation, the workers at normal priority made
- * p99 several times that of the same run without them, bench/README.md
- * "The workers under the idle policy".)  A worker that cannot get the CPU
- * it is paced for under that policy leaves nothing idle, so the mode turns
- * saturated, and there the floor must hold: the worker returns to
- * SCHED_OTHER.  A process without CAP_SYS_NICE may not leave SCHED_IDLE
- * (sched(7), RLIMIT_NICE), so then lf_pacing_schedule() says so and the
- * worker exits for the launcher to start it again: a new process forked by
- * the postmaster, at the postmaster's priority.  With pacing off
- * (background_min_share = 1) the workers keep normal priority.
-
  * A worker's first measurement covers the time from its start (at start(),
  * leapfrog.background_delay before its first batch) to the end of that
  * batch; until it has one it keeps to the floor.
@@ -84,9 +69,7 @@
  */
 #include "leapfrog.h"
 
-#include <errno.h>
 #include <math.h>
-#include <sched.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -135,9 +118,6 @@ static double others_cores = -1;	/* U, smoothed; < 0 until measured */
 static double my_share = -1;	/* fraction of a core; < 0 until measured */
 static int	starved_periods = 0;	/* in a row at the floor with nothing idle */
 static double pause_owed = 0;	/* ms of pause not taken yet */
-static bool idle_policy = false;	/* running under SCHED_IDLE */
-static bool idle_policy_refused = false;	/* sched_setscheduler said no */
-static bool leaving_for_priority = false;	/* exits to leave SCHED_IDLE */
 
 void
 lf_pacing_shmem_request(void)
@@ -222,11 +202,8 @@ idle_since_sample(uint64 busy, uint64 total, double *idle)
 static void
 pacing_exit(int code, Datum arg)
 {
-	/*
-	 * The last worker to leave forgets saturation, so the next migration's
-	 * look afresh; not one that leaves to come back at normal priority.
-	 */
-	if (registered && pg_atomic_sub_fetch_u32(&pacing->workers, 1) == 0 && !leaving_for_priority)
+	/* the last worker to leave forgets saturation: the next migration's look afresh */
+	if (registered && pg_atomic_sub_fetch_u32(&pacing->workers, 1) == 0)
 		pg_atomic_write_u32(&pacing->mode, LF_PACED);
 	registered = false;
 }
@@ -414,43 +391,4 @@ uint64
 lf_pacing_cpu_now(void)
 {
 	return process_cpu_us();
-}
-
-/*
- * Sets this worker's scheduling policy for the mode: SCHED_IDLE when paced
- * and leapfrog.background_idle_priority is on, SCHED_OTHER otherwise.
- * false when the worker is under SCHED_IDLE and may not leave it: it must
- * exit and be started again.
- */
-bool
-lf_pacing_schedule(void)
-{
-#ifdef SCHED_IDLE
-	struct sched_param param = {0};
-	bool		want = lf_background_idle_priority && lf_background_min_share < 1 &&
-		pg_atomic_read_u32(&pacing->mode) != LF_SATURATED;
-
-	if (want == idle_policy || (want && idle_policy_refused))
-		return true;
-	if (sched_setscheduler(0, want ? SCHED_IDLE : SCHED_OTHER, &param) == 0)
-	{
-		idle_policy = want;
-		elog(LF_PACING_LOG, "leapfrog pacing: scheduling policy %s",
-			 want ? "SCHED_IDLE" : "SCHED_OTHER");
-		return true;
-	}
-	if (want)
-	{
-		/* not fatal: the worker is paced as before, at normal priority */
-		idle_policy_refused = true;
-		elog(LOG, "leapfrog worker could not take the idle scheduling policy: %m");
-		return true;
-	}
-	if (errno != EPERM)
-		elog(LOG, "leapfrog worker could not leave the idle scheduling policy: %m");
-	leaving_for_priority = true;
-	return false;
-#else
-	return true;
-#endif
 }

@@ -1198,24 +1198,6 @@ drop_leftovers(List *leftovers)
 	return ok;
 }
 
-/*
- * The worker runs under SCHED_IDLE and the floor needs normal priority,
- * which this process may not take back (pacing.c, "Scheduling"): it asks
- * for itself again and exits between batches (nothing of its own is in
- * flight); the launcher starts the new worker at the postmaster's priority.
- */
-static void
-exit_for_normal_priority(LfSlot *s)
-{
-	LWLockAcquire(lf_shared->lock, LW_EXCLUSIVE);
-	if (s)
-		s->wanted[my_worker_number] = true;
-	LWLockRelease(lf_shared->lock);
-	elog(DEBUG1, "leapfrog: worker %d exits to run at normal priority at saturation",
-		 my_worker_number);
-	proc_exit(0);
-}
-
 void
 lf_worker_main(Datum arg)
 {
@@ -1255,7 +1237,6 @@ lf_worker_main(Datum arg)
 	LWLockRelease(lf_shared->lock);
 	before_shmem_exit(worker_exit, (Datum) 0);
 	lf_pacing_register();
-	(void) lf_pacing_schedule();
 	pgstat_report_appname("leapfrog worker");
 	loop_cxt = AllocSetContextCreate(TopMemoryContext, "leapfrog worker loop",
 									 ALLOCSET_DEFAULT_SIZES);
@@ -1333,9 +1314,6 @@ lf_worker_main(Datum arg)
 			double		share;
 			long		pause = lf_pacing_pause_ms(round_started, lf_pacing_cpu_now() - round_cpu,
 												   &share);
-
-			if (!lf_pacing_schedule())
-				exit_for_normal_priority(s);
 
 			if (pause > 0)
 			{

@@ -19,9 +19,7 @@ whole migration, and watches the one worker's activity in pg_stat_activity:
 - idle, one worker: it never paces nor pauses (two would: each has half
   of what the rest leaves, less the headroom, under a core);
 - background_min_share = 1 (pacing off) with all cores burning: the same.
-Every migration ends with each row migrated exactly once.  A paced worker
-runs under SCHED_IDLE (leapfrog.background_idle_priority), a saturated one
-or one not paced under SCHED_OTHER: read from /proc.
+Every migration ends with each row migrated exactly once.
 """
 
 import os
@@ -40,20 +38,11 @@ SCRIPT = ("CREATE TABLE {new} (id int PRIMARY KEY, v int NOT NULL); "
 
 WORKERS = ("SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'leapfrog worker' "
            "AND datname = 'app'")
-ACTIVITY = ("SELECT pid, query FROM pg_stat_activity WHERE backend_type = 'leapfrog worker' "
-            "AND datname = 'app'")
+ACTIVITY = ("SELECT query FROM pg_stat_activity WHERE backend_type = 'leapfrog worker' "
+            "AND datname = 'app' AND (query LIKE 'leapfrog: pacing%' "
+            "OR query = 'leapfrog: pausing to measure the load')")
 LOOKING = "leapfrog: pausing to measure the load"
 PACING = re.compile(r"leapfrog: pacing, (\d\.\d\d) of a core")
-SCHED_OTHER, SCHED_IDLE = 0, 5      # sched.h
-
-
-def _policy(pid):
-    """The process's scheduling policy (/proc/<pid>/stat field 41), None if gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return int(f.read().rsplit(")", 1)[1].split()[38])
-    except (OSError, IndexError, ValueError):
-        return None
 
 
 class Burners:
@@ -77,20 +66,15 @@ class Burners:
 def _migrate_and_watch(c, conn, old, new):
     """Start old -> new once the last worker is gone (its measurements
     remember the last load), and watch the worker until the migration is
-    done: return the activities seen (pacing and looks), and for each
-    worker sampled (activity, pid, scheduling policy).  Checks that every
-    row arrived once."""
+    done: return the activities seen.  Checks that every row arrived once."""
     wait_until(lambda: conn.execute(WORKERS).fetchone()[0] == 0, 30, what="the worker to exit")
     conn.execute("CREATE TABLE %s (id int PRIMARY KEY, v int NOT NULL)" % old)
     conn.execute("INSERT INTO %s SELECT g, g FROM generate_series(1, %%s) g" % old, [ROWS])
     conn.execute("SELECT leapfrog.start(%s, %s)", [new, SCRIPT.format(new=new, old=old)])
-    seen, workers = [], []
+    seen = []
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline:
-        for pid, query in conn.execute(ACTIVITY).fetchall():
-            if query == LOOKING or PACING.fullmatch(query or ""):
-                seen.append(query)
-            workers.append((query, pid, _policy(pid)))
+        seen += [r[0] for r in conn.execute(ACTIVITY).fetchall()]
         state = conn.execute("SELECT state FROM leapfrog.migrations WHERE name = %s",
                              [new]).fetchone()[0]
         if state == "done":
@@ -104,7 +88,7 @@ def _migrate_and_watch(c, conn, old, new):
     ).fetchone()
     assert (state, total, migrated) == ("done", ROWS, ROWS)
     assert (n, d, bad) == (ROWS, ROWS, 0)
-    return seen, workers
+    return seen
 
 
 def test_pacing_follows_the_load(make_cluster):
@@ -119,15 +103,12 @@ def test_pacing_follows_the_load(make_cluster):
 
         # all cores but one busy: paced below a core, never saturated
         with Burners(NCPU - 1):
-            seen, workers = _migrate_and_watch(c, conn, "a", "a_v2")
+            seen = _migrate_and_watch(c, conn, "a", "a_v2")
         shares = [float(m.group(1)) for m in map(PACING.fullmatch, seen) if m]
         assert shares, "%d of %d cores were busy, yet the worker never paced: %s" % (
             NCPU - 1, NCPU, sorted(set(seen)))
         assert all(0.1 <= s < 1 for s in shares), sorted(set(shares))
         assert LOOKING not in seen, "a core was idle, yet the worker suspected saturation"
-        # paced, it yields the core to any other process that wants it
-        policies = {p for q, _, p in workers if PACING.fullmatch(q or "") and p is not None}
-        assert policies == {SCHED_IDLE}, "a paced worker runs under SCHED_IDLE: %s" % policies
 
         # more burners than cores, two workers: at the floor with nothing
         # idle for 2 s, a look, and from then on at the floor, looking again
@@ -139,7 +120,7 @@ def test_pacing_follows_the_load(make_cluster):
         wait_until(lambda: conn.execute("SHOW leapfrog.background_workers").fetchone()[0] == "2",
                    10, what="the reload")
         with Burners(NCPU + 1):
-            seen, workers = _migrate_and_watch(c, conn, "b", "b_v2")
+            seen = _migrate_and_watch(c, conn, "b", "b_v2")
         assert LOOKING in seen, "every core was busy, yet the workers never looked"
         shared, alone = "leapfrog: pacing, 0.05 of a core", "leapfrog: pacing, 0.10 of a core"
         before = seen[:seen.index(LOOKING)]
@@ -147,15 +128,6 @@ def test_pacing_follows_the_load(make_cluster):
         assert set(before) <= {shared, alone}, sorted(set(before))
         assert shared in after and set(after) <= {LOOKING, shared, alone}, (
             "saturated workers share the floor between their looks: %s" % sorted(set(after)))
-        # before the look, paced under SCHED_IDLE; saturated, the floor holds
-        # at normal priority (a worker that may not leave SCHED_IDLE exits,
-        # and the launcher starts it again)
-        first_look = next(i for i, w in enumerate(workers) if w[0] == LOOKING)
-        paced = {p for q, _, p in workers[:first_look] if PACING.fullmatch(q or "")}
-        assert paced <= {SCHED_IDLE, None} and SCHED_IDLE in paced, paced
-        at_floor = {p for q, _, p in workers[first_look:] if q == shared}
-        assert SCHED_OTHER in at_floor, "saturated workers at the floor run at normal " \
-            "priority: %s" % at_floor
 
         # idle, one worker: neither.  (Two workers would pace even here: each
         # has half of what the rest of the server leaves, less the headroom,
@@ -164,7 +136,7 @@ def test_pacing_follows_the_load(make_cluster):
         c.reload()
         wait_until(lambda: conn.execute("SHOW leapfrog.background_workers").fetchone()[0] == "1",
                    10, what="the reload")
-        seen, _ = _migrate_and_watch(c, conn, "d", "d_v2")
+        seen = _migrate_and_watch(c, conn, "d", "d_v2")
         assert seen == [], "the machine was idle, yet the worker paced: %s" % sorted(set(seen))
 
         # pacing off: neither, whatever the load
@@ -173,8 +145,6 @@ def test_pacing_follows_the_load(make_cluster):
         wait_until(lambda: conn.execute("SHOW leapfrog.background_min_share").fetchone()[0] == "1",
                    10, what="the reload")
         with Burners(NCPU + 1):
-            seen, workers = _migrate_and_watch(c, conn, "e", "e_v2")
+            seen = _migrate_and_watch(c, conn, "e", "e_v2")
         assert seen == [], "min_share = 1 turns pacing off, yet: %s" % sorted(set(seen))
-        policies = {p for _, _, p in workers if p is not None}
-        assert policies == {SCHED_OTHER}, "not paced, not idle: %s" % policies
     assert retired_tables_after_completion(c, "app") == []
