@@ -570,6 +570,7 @@ extern void lf_pacing_register(void);
 extern uint64 lf_pacing_cpu_now(void);
 extern long lf_pacing_pause_ms(TimestampTz started, uint64 cpu_us, double *share);
 extern int	lf_pacing_batch_rows(void);
+extern void lf_pacing_slept(long planned, double slept);
 
 /* worker.c */
 extern void lf_shmem_request(void);

@@ -1253,6 +1253,7 @@ lf_worker_main(Datum arg)
 		List	   *leftovers;
 		ListCell   *lc;
 		bool		worked = false;
+		long		pause = 0;
 
 		CHECK_FOR_INTERRUPTS();
 		if (ConfigReloadPending || pg_atomic_read_u32(&lf_shared->reloads) != my_reloads)
@@ -1312,8 +1313,8 @@ lf_worker_main(Datum arg)
 		if (worked)
 		{
 			double		share;
-			long		pause = lf_pacing_pause_ms(round_started, lf_pacing_cpu_now() - round_cpu,
-												   &share);
+
+			pause = lf_pacing_pause_ms(round_started, lf_pacing_cpu_now() - round_cpu, &share);
 
 			if (pause > 0)
 			{
@@ -1330,9 +1331,15 @@ lf_worker_main(Datum arg)
 			pgstat_report_activity(STATE_IDLE, NULL);
 		if (sleep_ms > 0)
 		{
+			TimestampTz slept_from = GetCurrentTimestamp();
+
 			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 							 sleep_ms, PG_WAIT_EXTENSION);
 			ResetLatch(MyLatch);
+			/* (the naptime is the setting's, not pacing's: its own part) */
+			if (pause > 0)
+				lf_pacing_slept(pause, (GetCurrentTimestamp() - slept_from) / 1000.0 -
+								lf_background_naptime);
 		}
 	}
 }
