@@ -93,15 +93,17 @@ def write_markdown(runner, path, figs):
                 L.append("\nServer CPU in the window, seconds, by process (medians where "
                          "repeated; bench/leapfrog_bench/cpu.py):\n")
                 L.append("| strategy | " + " | ".join(CPU_KINDS) + " | total | "
-                         "machine busy before / in the window |")
-                L.append("|---|" + "---|" * (len(CPU_KINDS) + 2))
+                         "machine busy before / in the window | buffer pages read per "
+                         "committed transaction |")
+                L.append("|---|" + "---|" * (len(CPU_KINDS) + 3))
                 for s in ORDER:
                     if s in strats and strats[s].get("cpu_clients_s") is not None:
                         v = [strats[s].get(f"cpu_{k}_s") for k in CPU_KINDS]
                         L.append(f"| {s} | " + " | ".join(_fmt(x) for x in v) + " | "
                                  + _fmt(sum(x or 0.0 for x in v)) + " | "
                                  + _fmt(strats[s].get("host_busy_before")) + " / "
-                                 + _fmt(strats[s].get("host_busy")) + " |")
+                                 + _fmt(strats[s].get("host_busy")) + " | "
+                                 + _fmt(strats[s].get("blocks_per_txn")) + " |")
             notes = [f"- {s}: {strats[s]['reason']}" for s in ORDER
                      if s in strats and strats[s].get("reason")]
             if notes:

@@ -15,7 +15,7 @@ import psycopg
 from . import metrics, plots, report, tpcc
 from . import perf
 from .cpu import KINDS, CpuSampler
-from .waits import WaitSampler, lock_waits, summarize
+from .waits import WaitSampler, blocks_between, lock_waits, summarize
 from leapfrog_cluster import Cluster
 
 from .settings import default_settings
@@ -29,7 +29,7 @@ TEMPLATE = "tpcc_tmpl"
 REPEATED_FIGURES = ("committed", "tps_window", "tps_window_vs_before", "switch_s", "complete_s",
                     "longest_stall_s", "p50_ms", "p99_ms", "failed", "retries", "lock_waits",
                     "deadlocks", "min_tps_5s", "min_tps_5s_vs_rate", "host_busy_before",
-                    "host_busy") + \
+                    "host_busy", "blocks_per_txn") + \
     tuple(f"cpu_{k}_s" for k in KINDS)
 RUNDB = "tpcc_run"
 
@@ -305,7 +305,7 @@ class Runner:
         pg = PgbenchRun(self.cluster, RUNDB, rundir, p["warehouses"], p["clients"],
                         p["threads"], duration, rate=rate, settings=client_settings(strat))
         stop = threading.Event()
-        waits = WaitSampler(self.cluster.conninfo())
+        waits = WaitSampler(self.cluster.conninfo(), datname=RUNDB)
         waits.start()
         cpu = CpuSampler(self.cluster.datadir)
         cpu.start()
@@ -373,6 +373,9 @@ class Runner:
             "events_s": {k: round(v - t_m, 3) for k, v in drv.events.items()},
             "notes": drv.notes,
         })
+        blocks = blocks_between(waits.blocks, t_m, t_end)
+        res["blocks_per_txn"] = round(blocks / res["committed"], 1) \
+            if blocks is not None and res.get("committed") else None
         if window:
             res["perf_samples"] = perf.write_profile(rundir, window, cpu, res["committed"],
                                                      keep_data=self.keep_raw)
@@ -397,7 +400,8 @@ class Runner:
                  f"{res.get('schema_retries')} lock_waits={res['lock_waits']} "
                  f"deadlocks={res.get('deadlocks')} cpu_s=" +
                  "/".join(str(res.get(f"cpu_{k}_s")) for k in KINDS) + f" ({'/'.join(KINDS)}) "
-                 f"host_busy={res['host_busy_before']}/{res['host_busy']} (before/window)")
+                 f"host_busy={res['host_busy_before']}/{res['host_busy']} (before/window) "
+                 f"blocks/txn={res['blocks_per_txn']}")
         if (res.get("longest_stall_s") or 0) >= 0.25:
             for line in res.get("stall_waits") or ["(no sample during the stall)"]:
                 self.log(f"      during the stall: {line}")

@@ -12,6 +12,15 @@ window's samples.
 
 This is how the 0.75-0.85 s stalls of some lazy runs were found to be
 autovacuum truncating district under AccessExclusiveLock (bench/README.md).
+
+With each sample it also reads the run's database's buffer accesses
+(pg_stat_database: blks_hit + blks_read, every backend's), so that
+`blocks_between` gives the shared-buffer pages read over an interval.
+Backends report them at most once a second: over a window of many seconds
+the lag at its two ends about cancels.  Why: a page read is a lookup in the
+shared buffer table and a pin, which cost more under concurrency than in a
+backend alone; their count per transaction is what a strategy adds in
+memory traffic, where instructions (bench/statement_cost.py) do not show it.
 """
 import collections
 import csv
@@ -31,11 +40,13 @@ SELECT backend_type, coalesce(wait_event_type, ''), coalesce(wait_event, ''),
 
 
 class WaitSampler(threading.Thread):
-    def __init__(self, conninfo, interval=0.1):
+    def __init__(self, conninfo, interval=0.1, datname=None):
         super().__init__(daemon=True)
         self.conninfo = conninfo
         self.interval = interval
+        self.datname = datname
         self.samples = []          # (time, [(backend_type, wait type, wait event, query)])
+        self.blocks = []           # (time, blks_hit + blks_read of datname)
         self.errors = 0
         self._stop_ev = threading.Event()
 
@@ -47,6 +58,11 @@ class WaitSampler(threading.Thread):
                     conn = psycopg.connect(self.conninfo, autocommit=True)
                 rows = conn.execute(QUERY).fetchall()
                 self.samples.append((time.time(), [tuple(r) for r in rows]))
+                if self.datname:
+                    b = conn.execute("SELECT blks_hit + blks_read FROM pg_stat_database "
+                                     "WHERE datname = %s", (self.datname,)).fetchone()
+                    if b and b[0] is not None:
+                        self.blocks.append((time.time(), int(b[0])))
             except psycopg.Error:
                 self.errors += 1
                 if conn is not None:
@@ -67,6 +83,13 @@ class WaitSampler(threading.Thread):
             for t, rows in self.samples:
                 for r in rows:
                     w.writerow([round(t - t0, 3), *r])
+
+
+def blocks_between(blocks, t_from, t_to):
+    """Buffer accesses between the samples nearest t_from and t_to (inside
+    the interval); None without two samples."""
+    inside = [b for t, b in blocks if t_from <= t <= t_to]
+    return inside[-1] - inside[0] if len(inside) >= 2 else None
 
 
 def lock_waits(samples, t_from, t_to):

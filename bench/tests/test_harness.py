@@ -368,13 +368,30 @@ def test_perf_profile_splits_samples_by_kind_of_process(tmp_path):
                    "host": {"pgbench [.] doCustom": 7}}
     # perf_diff: 499 samples per CPU second, so 499 samples over 1000
     # committed transactions are 1000 us per transaction
-    for name, n, committed in (("a.json", 499, 1000), ("b.json", 998, 1000)):
+    for name, n, committed in (("a.json", 499, 1000), ("b.json", 998, 1000),
+                               ("a2.json", 499, 500), ("b2.json", 499, 1000),
+                               ("a3.json", 499, 1000), ("b3.json", 1497, 1000)):
         (tmp_path / name).write_text(json.dumps({
             "frequency_hz": 499, "committed": committed, "seconds": 10,
             "samples": {"clients": n}, "by_kind": {"clients": {"postgres [.] f": n}}}))
-    out = subprocess.run([sys.executable, os.path.join(os.path.dirname(__file__), "..",
-                                                       "perf_diff.py"),
-                          str(tmp_path / "a.json"), str(tmp_path / "b.json")],
-                         capture_output=True, text=True, check=True).stdout
-    assert "clients          1000.0     2000.0   2.00" in out
+    script = os.path.join(os.path.dirname(__file__), "..", "perf_diff.py")
+
+    def diff(*names):
+        return subprocess.run([sys.executable, script, *[str(tmp_path / n) for n in names]],
+                              capture_output=True, text=True)
+    out = diff("a.json", "b.json").stdout
+    assert "1     clients          1000.0     2000.0   2.00   (1000, 1000)" in out
     assert "  1000.0   2000.0  +1000.0  postgres [.] f" in out
+    # three pairs: differences +1000, -1000 (A's 499 samples over 500
+    # committed are 2000 us), +2000: their median, and the range
+    out = diff("a.json", "b.json", "a2.json", "b2.json", "a3.json", "b3.json").stdout
+    assert "  1000.0   2000.0  +1000.0 -1000.0 +2000.0  postgres [.] f" in out
+    assert diff("a.json", "b.json", "a2.json").returncode != 0
+
+
+def test_blocks_between_is_the_difference_of_the_samples_inside():
+    from leapfrog_bench.waits import blocks_between
+    blocks = [(9.0, 100), (10.0, 150), (11.0, 400), (12.0, 900)]
+    assert blocks_between(blocks, 9.5, 11.5) == 250
+    assert blocks_between(blocks, 9.0, 12.0) == 800
+    assert blocks_between(blocks, 11.5, 12.5) is None
