@@ -123,6 +123,15 @@ class CpuSampler(threading.Thread):
         out["exited"] = max(0.0, (rb - ra) - gone)
         return {k: round(v, 2) for k, v in out.items()}
 
+    def kind_of_pid(self):
+        """pid -> kind, over every sample (a pid keeps the kind it was first
+        seen with): which kind of process took a profile's samples (perf.py)."""
+        kinds = {}
+        for _, procs, _ in self.samples:
+            for pid, (kind, _) in procs.items():
+                kinds.setdefault(pid, kind)
+        return kinds
+
     def host_busy(self, t_from, t_to):
         """The machine's busy fraction of its CPU between the samples
         nearest t_from and t_to (inside the interval); None without two."""

@@ -86,23 +86,13 @@ def parse_report(text, kind_of_pid):
     return {k: dict(v) for k, v in out.items()}
 
 
-def kinds_by_pid(cpu_sampler):
-    """pid -> kind, from every sample a CpuSampler took (a pid keeps the kind
-    it was first seen with)."""
-    kinds = {}
-    for _, procs, _ in cpu_sampler.samples:
-        for pid, (kind, _) in procs.items():
-            kinds.setdefault(pid, kind)
-    return kinds
-
-
 def write_profile(rundir, window, cpu_sampler, committed, keep_data=False):
-    """Summarize the window's perf.data into rundir/perf.json; a short
-    summary (samples per kind) for the run's result, or an error string."""
+    """Summarize the window's perf.data into rundir/perf.json; for the run's
+    result, the samples per kind, or {"error": why}."""
     if window.error or not os.path.exists(window.path):
         return {"error": window.error or "no perf data"}
     try:
-        kinds = by_kind(window.path, kinds_by_pid(cpu_sampler))
+        kinds = by_kind(window.path, cpu_sampler.kind_of_pid())
     except (subprocess.CalledProcessError, OSError) as e:
         return {"error": f"perf report: {e}"}
     finally:

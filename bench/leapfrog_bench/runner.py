@@ -12,8 +12,7 @@ import time
 
 import psycopg
 
-from . import metrics, plots, report, tpcc
-from . import perf
+from . import metrics, perf, plots, report, tpcc
 from .cpu import KINDS, CpuSampler
 from .waits import WaitSampler, blocks_between, lock_waits, summarize
 from leapfrog_cluster import Cluster

@@ -347,11 +347,11 @@ def test_perf_profile_splits_samples_by_kind_of_process(tmp_path):
     import subprocess
     import sys
     from leapfrog_bench.cpu import CpuSampler
-    from leapfrog_bench.perf import kinds_by_pid, parse_report
+    from leapfrog_bench.perf import parse_report
     s = CpuSampler("/nonexistent")
     s.samples = [(1.0, {10: ("clients", 1.0), 20: ("workers", 0.1)}, 0.0),
                  (2.0, {10: ("clients", 2.0), 30: ("autovacuum", 0.1)}, 0.0)]
-    kinds = kinds_by_pid(s)
+    kinds = s.kind_of_pid()
     assert kinds == {10: "clients", 20: "workers", 30: "autovacuum"}
     text = ("# header\n"
             "  40 \t     10:postgres \t/usr/lib/postgresql/15/bin/postgres\t[.] _bt_compare\n"
