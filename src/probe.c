@@ -56,6 +56,7 @@
 #include "parser/parsetree.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
+#include "utils/snapmgr.h"
 
 /*
  * The value of e if it is simple: a Const, or an external parameter that
@@ -151,7 +152,6 @@ lf_probe_index(PlannedStmt *ps, Snapshot snap, ParamListInfo params,
 	Relation	index;
 	IndexScanDesc scan;
 	TupleTableSlot *slot;
-	List	   *perms;
 	EState	   *estate = NULL;	/* of values evaluated (qual_value) */
 	ListCell   *lc;
 
@@ -178,7 +178,14 @@ lf_probe_index(PlannedStmt *ps, Snapshot snap, ParamListInfo params,
 		index_close(index, NoLock);
 		return false;
 	}
-	/* as ExecIndexBuildScanKeys, for "index column op value" */
+	/*
+	 * As ExecIndexBuildScanKeys, for "index column op value".  A value is
+	 * evaluated in snap, as run_plan would: a STABLE function reading
+	 * another table (WHERE id = f()) gives the round's answer, not the
+	 * statement's first snapshot's (under READ COMMITTED the statement then
+	 * runs in the last round's snapshot, and needs that round's rows).
+	 */
+	PushActiveSnapshot(snap);
 	foreach(lc, is->indexqual)
 	{
 		OpExpr	   *op = lfirst(lc);
@@ -206,6 +213,7 @@ lf_probe_index(PlannedStmt *ps, Snapshot snap, ParamListInfo params,
 							   OidIsValid(op->opfuncid) ? op->opfuncid : get_opcode(op->opno),
 							   value);
 	}
+	PopActiveSnapshot();
 	if (nkeys != list_length(is->indexqual))
 	{
 		if (estate)
@@ -214,9 +222,8 @@ lf_probe_index(PlannedStmt *ps, Snapshot snap, ParamListInfo params,
 		return false;
 	}
 
-	perms = list_make1(rte);
-	(void) ExecCheckRTPerms(perms, true);
-	list_free(perms);
+	/* every entry, as the executor: the statement's own table's too */
+	(void) ExecCheckRTPerms(ps->rtable, true);
 	heap = table_open(rte->relid, NoLock);	/* locked by the caller */
 	slot = table_slot_create(heap, NULL);
 	scan = index_beginscan(heap, index, snap, nkeys, 0);

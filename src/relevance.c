@@ -30,6 +30,8 @@
 #include "leapfrog.h"
 
 #include "access/table.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_proc.h"
 #include "catalog/pg_type.h"
 #include "nodes/makefuncs.h"
 #include "nodes/nodeFuncs.h"
@@ -1630,10 +1632,38 @@ refs_parent_walker(Node *node, void *cx)
 }
 
 /*
+ * A function that is not immutable and not the extension's own (sees_start,
+ * group_migrated: their answers only turn from "not migrated" to
+ * "migrated"), so it may read another table.
+ */
+static bool
+foreign_mutable_func(Oid funcid, void *cx)
+{
+	return func_volatile(funcid) != PROVOLATILE_IMMUTABLE &&
+		get_func_namespace(funcid) != get_namespace_oid("leapfrog", true);
+}
+
+static bool
+calls_foreign_mutable(Node *node, void *cx)
+{
+	if (node == NULL)
+		return false;
+	if (check_functions_in_node(node, foreign_mutable_func, cx))
+		return true;
+	if (IsA(node, Query))
+		return query_tree_walker((Query *) node, calls_foreign_mutable, cx, 0);
+	return expression_tree_walker(node, calls_foreign_mutable, cx);
+}
+
+/*
  * Does the relevance query read nothing but its input?  Then the set of rows
  * it returns can only shrink (inputs only lose rows, the mapping is
  * immutable), and once its rows are migrated, running it again would find
- * nothing: the executor skips that confirming round (migrate.c).
+ * nothing: the executor skips that confirming round (migrate.c).  A STABLE
+ * function in its conditions may read another table (WHERE id = f()):
+ * under READ COMMITTED each round's snapshot is newer, its value may
+ * change, and the statement runs in the last round's snapshot, so the
+ * confirming round must run.
  */
 static bool
 standalone(Query *q)
@@ -1641,6 +1671,7 @@ standalone(Query *q)
 	RangeTblRef *rtr;
 
 	if (q->hasSubLinks || q->cteList != NIL || q->jointree == NULL ||
+		calls_foreign_mutable((Node *) q, NULL) ||
 		list_length(q->jointree->fromlist) != 1 ||
 		!IsA(linitial(q->jointree->fromlist), RangeTblRef))
 		return false;
