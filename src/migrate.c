@@ -46,6 +46,7 @@
 #include "catalog/namespace.h"
 #include "catalog/pg_operator.h"
 #include "catalog/pg_type.h"
+#include "commands/trigger.h"
 #include "executor/executor.h"
 #include "miscadmin.h"
 #include "nodes/makefuncs.h"
@@ -194,18 +195,28 @@ lock_plan_relations(PlannedStmt *ps)
 }
 
 /*
- * A step's INSERT checks its rows' deferrable constraints (a foreign key, a
- * unique constraint DEFERRABLE, as Django declares every foreign key) when
- * it ends, as NOT DEFERRABLE ones: the trigger events of a
- * security-restricted operation may not be deferred past it (PostgreSQL
- * refuses with "cannot fire deferred trigger within security-restricted
- * operation").  A step copies rows as they were at start(), which the eager
- * script's check at its commit saw the same way: the rows they reference
- * are migrated first (the step's plans go in the order of the new tables'
- * foreign keys, step_plan) or by the check's own query, a statement on a
- * new table like any other.  Only the executor's copies of the triggers
- * change (InitResultRelInfo copies the relation's), so the transaction's
- * SET CONSTRAINTS state and its own deferred events are left alone.
+ * A step's INSERTs queue their rows' trigger events (the checks of the new
+ * tables' foreign keys, of a DEFERRABLE unique constraint) for the end of
+ * the step, not of each INSERT (run_plan with EXEC_FLAG_SKIP_TRIGGERS, the
+ * events fired by copy_claimed).  A step migrates one row or unit into
+ * every new table its mappings fill, and a row may reference another row of
+ * the same step in a table the step fills after it: a self-referencing
+ * table filled by two INSERTs, two tables referencing each other, an
+ * archive of orders referencing the per-customer totals of the same orders.
+ * Eagerly the script's INSERTs have all run before a DEFERRABLE key's check
+ * at commit; a NOT DEFERRABLE key's INSERT comes after those of the tables
+ * it references (start.c refuses a script that fills a referenced table
+ * after its referencing one: eagerly that INSERT fails), so that all its
+ * rows are there too.  Deferrable checks cannot wait for the commit: the
+ * trigger events of a security-restricted operation may not be deferred
+ * past it (PostgreSQL refuses with "cannot fire deferred trigger within
+ * security-restricted operation").  The step's rows are those of start(),
+ * which the eager script's check at its commit saw the same way, and what
+ * they reference in other steps is migrated by the check's own query, a
+ * statement on a new table like any other.  Only the executor's copies of
+ * the triggers are made not deferrable (InitResultRelInfo copies the
+ * relation's), so the transaction's SET CONSTRAINTS state and its own
+ * deferred events are left alone.
  */
 static void
 check_constraints_now(QueryDesc *qd)
@@ -226,11 +237,12 @@ check_constraints_now(QueryDesc *qd)
 
 /*
  * Run one plan with the given snapshot and parameters; returns es_processed.
- * A step's (checks_now) checks its deferrable constraints as it ends.
+ * A step's INSERT (step) leaves its trigger events, made not deferrable, to
+ * the caller's query level (the step's: copy_claimed).
  */
 static uint64
 run_plan(PlannedStmt *ps, const char *what, Snapshot snap, ParamListInfo params,
-		 DestReceiver *dest, bool checks_now)
+		 DestReceiver *dest, bool step)
 {
 	QueryDesc  *qd;
 	uint64		n;
@@ -240,14 +252,14 @@ run_plan(PlannedStmt *ps, const char *what, Snapshot snap, ParamListInfo params,
 	running_own_plan = true;
 	PG_TRY();
 	{
-		ExecutorStart(qd, 0);
+		ExecutorStart(qd, step ? EXEC_FLAG_SKIP_TRIGGERS : 0);
 	}
 	PG_FINALLY();
 	{
 		running_own_plan = false;
 	}
 	PG_END_TRY();
-	if (checks_now)
+	if (step)
 		check_constraints_now(qd);
 	ExecutorRun(qd, ForwardScanDirection, 0, true);
 	ExecutorFinish(qd);
@@ -576,53 +588,6 @@ static HTAB *step_plans = NULL;
 static StepPlan *build_step_plan(LfMigration *mig, Oid input, LfMapping *um);
 
 /*
- * The order in which a step fills targets (a list of OIDs): the positions,
- * each target after those of the list its foreign keys reference, else in
- * the list's order (the row mappings in the order of the script, then the
- * group or join mapping).  A step's checks run as each INSERT ends
- * (check_constraints_now), and a parent row that the same step brings must
- * be there first: an archive of orders referencing the per-customer totals
- * of the same orders (a group's row and its carried rows migrate in one
- * step), a new table referencing a live table's copy (replace.c: its
- * identity mapping moves the row it references).  A cycle keeps the list's
- * order for the targets in it.
- */
-static List *
-order_by_foreign_keys(List *targets)
-{
-	int			n = list_length(targets);
-	Bitmapset **refs = palloc0(sizeof(Bitmapset *) * Max(n, 1));	/* per target */
-	Bitmapset  *placed = NULL;
-	List	   *order = NIL;
-
-	for (int k = 0; k < n; k++)
-	{
-		Relation	rel = table_open(list_nth_oid(targets, k), AccessShareLock);
-		ListCell   *lc;
-
-		foreach(lc, RelationGetFKeyList(rel))
-			for (int r = 0; r < n; r++)
-				if (r != k && list_nth_oid(targets, r) == ((ForeignKeyCacheInfo *) lfirst(lc))->confrelid)
-					refs[k] = bms_add_member(refs[k], r);
-		table_close(rel, AccessShareLock);
-	}
-	while (list_length(order) < n)
-	{
-		int			next = -1;
-
-		for (int k = 0; k < n && next < 0; k++)
-			if (!bms_is_member(k, placed) && bms_is_subset(refs[k], placed))
-				next = k;
-		for (int k = 0; next < 0; k++)
-			if (!bms_is_member(k, placed))
-				next = k;		/* a cycle: the first one left */
-		placed = bms_add_member(placed, next);
-		order = lappend_int(order, next);
-	}
-	return order;
-}
-
-/*
  * The step plans of input, with their targets locked: before any row is
  * claimed, so that a claimer never holds rows while it waits for a lock on
  * a target (a session holding a SHARE lock on one, say).
@@ -648,8 +613,6 @@ build_step_plan(LfMigration *mig, Oid input, LfMapping *um)
 	List	   *inserts = NIL;
 	List	   *unfiltered = NIL;
 	List	   *direct = NIL;
-	List	   *targets = NIL;
-	List	   *order;
 	PlannedStmt *unit_plan = NULL;
 	PlannedStmt *few_rows = NULL;
 	MemoryContext old;
@@ -708,7 +671,6 @@ build_step_plan(LfMigration *mig, Oid input, LfMapping *um)
 		unfiltered = lappend_int(unfiltered, filtered == NULL ? paramid : 0);
 		direct = lappend_int(direct, lf_copy_param(ps));
 		MemoryContextSwitchTo(old);
-		targets = lappend_oid(targets, m->target);
 	}
 	/*
 	 * A group or join mapping: INSERT INTO target SELECT <its units>.  (A
@@ -751,27 +713,12 @@ build_step_plan(LfMigration *mig, Oid input, LfMapping *um)
 		unfiltered = lappend_int(unfiltered, 0);
 		direct = lappend_int(direct, 0);	/* a group's or join's plan */
 		MemoryContextSwitchTo(old);
-		targets = lappend_oid(targets, um->target);
 		unit_plan = ps;
 	}
 
-	order = order_by_foreign_keys(targets);
-	old = MemoryContextSwitchTo(TopMemoryContext);
-	sp->inserts = NIL;
-	sp->unfiltered = NIL;
-	sp->direct = NIL;
-	foreach(lc, order)
-	{
-		int			k = lfirst_int(lc);
-
-		sp->inserts = lappend(sp->inserts, list_nth(inserts, k));
-		sp->unfiltered = lappend_int(sp->unfiltered, list_nth_int(unfiltered, k));
-		sp->direct = lappend_int(sp->direct, list_nth_int(direct, k));
-	}
-	MemoryContextSwitchTo(old);
-	list_free(inserts);
-	list_free(unfiltered);
-	list_free(direct);
+	sp->inserts = inserts;
+	sp->unfiltered = unfiltered;
+	sp->direct = direct;
 	sp->unit_plan = unit_plan;
 	sp->few_rows = few_rows;
 	sp->ready = true;			/* last: an error above leaves it to be rebuilt */
@@ -969,10 +916,13 @@ copy_claimed(LfMigration *mig, StepPlan *sp, Snapshot snap, ParamListInfo params
 {
 	int			n = 0;
 	LfSavedUser saved = lf_become(mig->owner, SECURITY_RESTRICTED_OPERATION);
+	bool		queued = false;
 	ListCell   *lc,
 			   *lu,
 			   *ld;
 
+	/* the INSERTs' trigger events fire as the step ends (check_constraints_now) */
+	AfterTriggerBeginQuery();
 	forthree(lc, sp->inserts, lu, sp->unfiltered, ld, sp->direct)
 	{
 		PlannedStmt *ps = lfirst(lc);
@@ -984,13 +934,24 @@ copy_claimed(LfMigration *mig, StepPlan *sp, Snapshot snap, ParamListInfo params
 			ps = sp->few_rows;
 		CommandCounterIncrement();
 		if (!lf_copy_rows(ps, lfirst_int(ld), snap, params, &copied))
+		{
 			copied = run_plan(ps, "leapfrog migrate", snap, params, None_Receiver, true);
+			queued = true;
+		}
 
 		/* a mapping without a filter copies every claimed row, or none is lost */
 		if (lfirst_int(lu) && copied != (uint64) counts[lfirst_int(lu) - 1])
 			elog(ERROR, "leapfrog: a migration step copied %llu of its %d claimed rows",
 				 (unsigned long long) copied, counts[lfirst_int(lu) - 1]);
 	}
+	if (queued)
+	{
+		CommandCounterIncrement();
+		PushActiveSnapshot(snap);
+	}
+	AfterTriggerEndQuery(NULL);		/* (its own EState, as for deferred events) */
+	if (queued)
+		PopActiveSnapshot();
 	for (int i = 0; i < params->numParams; i++)
 		n += counts[i];
 	lf_unbecome(saved);

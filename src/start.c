@@ -791,6 +791,58 @@ reads_a_table(Query *ins)
 	return list_length(list_delete_oid(relids, target)) > 0;
 }
 
+/*
+ * Refuse a mapping into target after one into a table whose NOT DEFERRABLE
+ * foreign key references target.  Eagerly the earlier INSERT checks its
+ * rows as it ends, against a target still without the rows this one
+ * brings, and fails on the first that references one (23503).  Lazily a
+ * step's checks run as it ends (migrate.c, check_constraints_now), and a
+ * check's own query migrates the row it references: the script would
+ * succeed.  A DEFERRABLE key is checked at commit, after every INSERT, as
+ * lazily.  (Two INSERTs into one self-referencing table are left alone: a
+ * merge of two tables whose rows reference their own table's is common,
+ * and eagerly fine.)
+ */
+static void
+check_fill_order(StartState *st, Oid target)
+{
+	ListCell   *lc;
+
+	foreach(lc, st->mappings)
+	{
+		PendingMapping *earlier = lfirst(lc);
+		Relation	rel;
+		ListCell   *lf;
+
+		if (earlier->target == target)
+			continue;
+		rel = table_open(earlier->target, AccessShareLock);
+		foreach(lf, RelationGetFKeyList(rel))
+		{
+			ForeignKeyCacheInfo *fk = lfirst(lf);
+			HeapTuple	tup;
+			bool		deferrable;
+
+			if (fk->confrelid != target)
+				continue;
+			tup = SearchSysCache1(CONSTROID, ObjectIdGetDatum(fk->conoid));
+			if (!HeapTupleIsValid(tup))
+				elog(ERROR, "cache lookup failed for constraint %u", fk->conoid);
+			deferrable = ((Form_pg_constraint) GETSTRUCT(tup))->condeferrable;
+			ReleaseSysCache(tup);
+			if (!deferrable)
+				refuse(errmsg("foreign key \"%s\" of table \"%s\" references table \"%s\", which the script fills after it",
+							  get_constraint_name(fk->conoid), RelationGetRelationName(rel),
+							  get_rel_name(target)),
+					   errdetail("Eagerly, the INSERT into \"%s\" checks its rows when it ends, before \"%s\" holds the rows they reference.",
+								 RelationGetRelationName(rel), get_rel_name(target)),
+					   errhint("Fill \"%s\" first, or declare the key DEFERRABLE.",
+							   get_rel_name(target)));
+		}
+		table_close(rel, AccessShareLock);
+	}
+}
+
 static void
 add_mapping(StartState *st, RawStmt *rs)
 {
@@ -827,6 +879,7 @@ add_mapping(StartState *st, RawStmt *rs)
 		refuse(errmsg("INSERT ... SELECT into table \"%s\", replaced lazily by the same script, is not supported",
 					  get_rel_name(pm->target)));
 	check_mapping_functions(map, pm->target);
+	check_fill_order(st, pm->target);
 	pm->query = MemoryContextStrdup(st->cxt, nodeToString(map));
 	pm->stmt_no = st->current;
 	remember(st, &st->mappings, pm);

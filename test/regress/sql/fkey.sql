@@ -144,6 +144,82 @@ SELECT * FROM public.regress_compare('fk_lazy.pub', 'fk_eager.pub');
 SELECT * FROM public.regress_compare('fk_lazy.priv', 'fk_eager.priv');
 DROP PROCEDURE public.fk_app(text);
 
+-- One step's rows referencing each other the other way round: a
+-- self-referencing table filled by two INSERTs, children first, and two
+-- tables referencing each other, all DEFERRABLE INITIALLY DEFERRED (checked
+-- at commit eagerly, after both INSERTs).  A step's checks run as the step
+-- ends, not as each INSERT does (migrate.c, check_constraints_now): before,
+-- the first INSERT's check looked for a row the same step had claimed but
+-- not yet copied, and every step failed with 23503.
+SELECT $$
+  CREATE TABLE src (id int PRIMARY KEY, v int NOT NULL);
+  INSERT INTO src SELECT g, g * 10 FROM generate_series(1, 20) g;
+$$ AS setup3 \gset
+SELECT $$
+  CREATE TABLE node (id int PRIMARY KEY,
+                     parent int REFERENCES node DEFERRABLE INITIALLY DEFERRED);
+  CREATE TABLE pa (id int PRIMARY KEY, b_id int, v int);
+  CREATE TABLE pb (id int PRIMARY KEY, a_id int REFERENCES pa DEFERRABLE INITIALLY DEFERRED);
+  ALTER TABLE pa ADD FOREIGN KEY (b_id) REFERENCES pb DEFERRABLE INITIALLY DEFERRED;
+  INSERT INTO node SELECT 2 * id + 1, 2 * id FROM src;
+  INSERT INTO node SELECT 2 * id, NULL FROM src;
+  INSERT INTO pa SELECT id, id, v FROM src;
+  INSERT INTO pb SELECT id, id FROM src;
+  DROP TABLE src;
+$$ AS script3 \gset
+SET search_path = fk_eager;
+SELECT public.regress_eager(:'setup3');
+SELECT public.regress_eager(:'script3');
+UPDATE node SET parent = parent WHERE id = 11;
+UPDATE pa SET v = v + 1 WHERE id = 7;
+SET search_path = fk_lazy;
+SELECT public.regress_eager(:'setup3');
+SELECT leapfrog.start('fkey3', :'script3');
+UPDATE node SET parent = parent WHERE id = 11;
+UPDATE pa SET v = v + 1 WHERE id = 7;
+SELECT leapfrog.remaining('fkey3');
+SELECT leapfrog.complete('fkey3');
+SELECT * FROM public.regress_compare('fk_lazy.node', 'fk_eager.node');
+SELECT * FROM public.regress_compare('fk_lazy.pa', 'fk_eager.pa');
+SELECT * FROM public.regress_compare('fk_lazy.pb', 'fk_eager.pb');
+
+-- A NOT DEFERRABLE key whose table the script fills before the table it
+-- references: eagerly the first INSERT fails (23503); lazily each step's
+-- check would find (migrate) the row it references, so start() refuses it.
+-- Filled the other way round, or with the key DEFERRABLE, it is accepted.
+SET search_path = fk_eager;
+SELECT public.regress_eager(:'setup3');
+DO $$ BEGIN
+  PERFORM public.regress_eager($s$
+    CREATE TABLE p2 (id int PRIMARY KEY);
+    CREATE TABLE c2 (id int PRIMARY KEY, pid int REFERENCES p2);
+    INSERT INTO c2 SELECT id, id FROM src;
+    INSERT INTO p2 SELECT id FROM src;
+    DROP TABLE src;
+  $s$);
+EXCEPTION WHEN foreign_key_violation THEN
+  RAISE NOTICE 'eagerly: %', SQLERRM;
+END $$;
+SET search_path = fk_lazy;
+SELECT public.regress_eager(:'setup3');
+SELECT leapfrog.start('fkey4', $$
+  CREATE TABLE p2 (id int PRIMARY KEY);
+  CREATE TABLE c2 (id int PRIMARY KEY, pid int REFERENCES p2);
+  INSERT INTO c2 SELECT id, id FROM src;
+  INSERT INTO p2 SELECT id FROM src;
+  DROP TABLE src;
+$$);
+SELECT leapfrog.start('fkey4', $$
+  CREATE TABLE p2 (id int PRIMARY KEY);
+  CREATE TABLE c2 (id int PRIMARY KEY, pid int REFERENCES p2 DEFERRABLE);
+  INSERT INTO c2 SELECT id, id FROM src;
+  INSERT INTO p2 SELECT id FROM src;
+  DROP TABLE src;
+$$);
+SELECT count(*) FROM c2 WHERE pid = 5;
+SELECT leapfrog.complete('fkey4');
+SELECT count(*) AS c2, (SELECT count(*) FROM p2) AS p2 FROM c2;
+
 RESET search_path;
 DROP SCHEMA fk_eager CASCADE;
 DROP SCHEMA fk_lazy CASCADE;
