@@ -147,11 +147,15 @@ LANGUAGE C VOLATILE;
 -- mappings compute?  Reads that compute the eager rows instead of migrating
 -- them call it (src/compute.c).  The third argument is not read: a column
 -- of the computed rows there makes the call a filter on them, a constant a
--- test before any is read.
+-- test before any is read.  As a filter it must come before the
+-- statement's own conditions (a snapshot older than start() must not
+-- evaluate them on rows it cannot see: a division by zero), and the
+-- planner orders a scan's filters by cost: hence the least cost a caller
+-- can be expected to declare (its answer is cached per snapshot).
 CREATE FUNCTION leapfrog.sees_start(migration_id int, in_place boolean, anchor "any")
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'leapfrog_sees_start'
-LANGUAGE C STABLE PARALLEL SAFE;
+LANGUAGE C STABLE PARALLEL SAFE COST 0.0000001;
 
 -- Internal: is the group of these key values migrated in the mapping, to
 -- the statement's snapshot?  The gate of a read that pins one group of a
