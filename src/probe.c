@@ -118,10 +118,16 @@ lf_eval_value(Expr *e, ParamListInfo params, EState **estate, Datum *out, bool *
  * The value of an index qual's right side (lf_eval_value: PL/pgSQL's
  * p_items[i] is evaluated).  False if it reads rows or a parameter of the
  * executor, or is a Param without a value of its type: the plan runs
- * instead, and gives the executor's error.
+ * instead, and gives the executor's error.  An expression is evaluated in
+ * snap, as run_plan would (made the active snapshot on first use, *pushed;
+ * the caller pops it): a STABLE function reading another table (WHERE id =
+ * f()) gives the round's answer, not the statement's first snapshot's
+ * (under READ COMMITTED the statement then runs in the last round's
+ * snapshot, and needs that round's rows).
  */
 static bool
-qual_value(Node *value, ParamListInfo params, EState **estate, Datum *out, bool *isnull)
+qual_value(Node *value, ParamListInfo params, Snapshot snap, bool *pushed,
+		   EState **estate, Datum *out, bool *isnull)
 {
 	while (value && IsA(value, RelabelType))
 		value = (Node *) ((RelabelType *) value)->arg;
@@ -129,6 +135,9 @@ qual_value(Node *value, ParamListInfo params, EState **estate, Datum *out, bool 
 		return true;
 	if (value == NULL || IsA(value, Const) || IsA(value, Param) || lf_reads_rows(value))
 		return false;
+	if (!*pushed)
+		PushActiveSnapshot(snap);
+	*pushed = true;
 	lf_eval_value((Expr *) value, params, estate, out, isnull);
 	return true;
 }
@@ -153,6 +162,7 @@ lf_probe_index(PlannedStmt *ps, Snapshot snap, ParamListInfo params,
 	IndexScanDesc scan;
 	TupleTableSlot *slot;
 	EState	   *estate = NULL;	/* of values evaluated (qual_value) */
+	bool		pushed = false; /* snap, for them */
 	ListCell   *lc;
 
 	if (ps->commandType != CMD_SELECT || ps->subplans != NIL || ps->rowMarks != NIL ||
@@ -178,14 +188,7 @@ lf_probe_index(PlannedStmt *ps, Snapshot snap, ParamListInfo params,
 		index_close(index, NoLock);
 		return false;
 	}
-	/*
-	 * As ExecIndexBuildScanKeys, for "index column op value".  A value is
-	 * evaluated in snap, as run_plan would: a STABLE function reading
-	 * another table (WHERE id = f()) gives the round's answer, not the
-	 * statement's first snapshot's (under READ COMMITTED the statement then
-	 * runs in the last round's snapshot, and needs that round's rows).
-	 */
-	PushActiveSnapshot(snap);
+	/* as ExecIndexBuildScanKeys, for "index column op value" */
 	foreach(lc, is->indexqual)
 	{
 		OpExpr	   *op = lfirst(lc);
@@ -203,7 +206,7 @@ lf_probe_index(PlannedStmt *ps, Snapshot snap, ParamListInfo params,
 			col = (Var *) ((RelabelType *) col)->arg;
 		if (!IsA(col, Var) || col->varno != INDEX_VAR || col->varattno < 1 ||
 			col->varattno > IndexRelationGetNumberOfKeyAttributes(index) ||
-			!qual_value(lsecond(op->args), params, &estate, &value, &isnull))
+			!qual_value(lsecond(op->args), params, snap, &pushed, &estate, &value, &isnull))
 			break;
 		get_op_opfamily_properties(op->opno, index->rd_opfamily[col->varattno - 1], false,
 								   &strategy, &lefttype, &righttype);
@@ -213,7 +216,8 @@ lf_probe_index(PlannedStmt *ps, Snapshot snap, ParamListInfo params,
 							   OidIsValid(op->opfuncid) ? op->opfuncid : get_opcode(op->opno),
 							   value);
 	}
-	PopActiveSnapshot();
+	if (pushed)
+		PopActiveSnapshot();
 	if (nkeys != list_length(is->indexqual))
 	{
 		if (estate)
