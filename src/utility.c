@@ -265,11 +265,28 @@ check_utility(Node *stmt)
 	}
 }
 
+/* Is relid a new table of a migration completed lately (lf_recent_done)? */
+static bool
+recently_filled(Oid relid)
+{
+	ListCell   *lc;
+
+	foreach(lc, lf_recent_done)
+		if (list_member_oid(((LfMigration *) lfirst(lc))->targets, relid))
+			return true;
+	return false;
+}
+
 /*
  * COPY new_table [(columns)] TO ... as COPY (SELECT columns FROM ONLY
  * new_table) TO ...: the same rows and columns, the same privileges checked
  * (COPY of a table with row security does the same), computed.  NULL if
- * the statement is not a COPY TO of a new table.
+ * the statement is not a COPY TO of a new table.  Also of a migration
+ * completed lately: a snapshot older than the completion cannot see the
+ * rows it moved, and a table COPY, which bypasses the executor, read the
+ * new table without them (pg_dump -j, a logical replica's first sync: a
+ * dump without its rows, and no error); the executor's check fails such a
+ * snapshot with 40001, as a SELECT (migrate.c, check_completions).
  */
 static PlannedStmt *
 copy_to_as_query(PlannedStmt *pstmt)
@@ -286,7 +303,7 @@ copy_to_as_query(PlannedStmt *pstmt)
 	if (cs->is_from || cs->relation == NULL)
 		return NULL;
 	relid = RangeVarGetRelid(cs->relation, AccessShareLock, true);
-	if (!OidIsValid(relid) || !lf_is_target(relid))
+	if (!OidIsValid(relid) || !(lf_is_target(relid) || recently_filled(relid)))
 		return NULL;
 	if (cols == NIL)
 	{
@@ -356,9 +373,11 @@ lf_ProcessUtility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTree
 		case T_VacuumStmt:
 		case T_DropStmt:
 		case T_ReassignOwnedStmt:
-			if (IsTransactionState() && lf_any_active() &&
-				(!IsA(pstmt->utilityStmt, CopyStmt) ||
-				 (copy_to = copy_to_as_query(pstmt)) == NULL))
+			if (!IsTransactionState())
+				break;
+			if (IsA(pstmt->utilityStmt, CopyStmt) && (lf_any_active() || lf_recent_done != NIL))
+				copy_to = copy_to_as_query(pstmt);
+			if (copy_to == NULL && lf_any_active())
 				check_utility(pstmt->utilityStmt);
 			break;
 		default:
@@ -398,13 +417,32 @@ lf_object_access(ObjectAccessType access, Oid classId, Oid objectId, int subId, 
 	if (prev_object_access)
 		prev_object_access(access, classId, objectId, subId, arg);
 	/* start() itself retires and replaces the tables of earlier migrations */
-	if (access != OAT_DROP || classId != RelationRelationId || subId != 0 ||
+	if (access != OAT_DROP || classId != RelationRelationId ||
 		lf_dropping_own || lf_chaining || !IsTransactionState() || !lf_any_active())
 		return;
 	foreach(lc, lf_active)
 	{
 		LfMigration *mig = lfirst(lc);
 
+		/*
+		 * A column of an input, dropped by a DROP DOMAIN, DROP TYPE or DROP
+		 * COLLATION ... CASCADE (ALTER TABLE is checked before it runs): the
+		 * rows not migrated yet would lose it, and the stored mappings read
+		 * it by number.  Eagerly the input is gone, or keeps its column.
+		 */
+		if (subId != 0)
+		{
+			if (list_member_oid(mig->inputs, objectId))
+				ereport(ERROR,
+						(errcode(ERRCODE_OBJECT_IN_USE),
+						 errmsg("cannot drop column \"%s\" of table \"%s\" while leapfrog migration \"%s\" is running",
+								get_attname(objectId, subId, false), get_rel_name(objectId),
+								mig->name),
+						 errdetail("The migration reads the column from the rows it has not migrated yet."),
+						 errhint("Wait with SELECT leapfrog.wait('%s'), or finish now with SELECT leapfrog.complete('%s').",
+								 mig->name, mig->name)));
+			continue;
+		}
 		if (list_member_oid(mig->inputs, objectId) || list_member_oid(mig->live_keys, objectId) ||
 			list_member_oid(mig->targets, objectId))
 			ereport(ERROR,

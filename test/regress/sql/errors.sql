@@ -440,5 +440,23 @@ PREPARE TRANSACTION 'er_2pc_read';
 COMMIT PREPARED 'er_2pc_read';
 SELECT leapfrog.complete('er_2pc');
 
+-- A column of an input dropped by DROP DOMAIN ... CASCADE (or DROP TYPE,
+-- DROP COLLATION): the rows not migrated would lose it, and the mapping
+-- reads it by number (every read and complete() then failed).  Refused
+-- while the migration runs (55006; the message names the retired table);
+-- eagerly the input is gone and the new table keeps the values.
+CREATE DOMAIN posint AS int CHECK (VALUE > 0);
+CREATE TABLE dsrc (id int PRIMARY KEY, v posint);
+INSERT INTO dsrc SELECT g, g FROM generate_series(1, 5) g;
+SELECT leapfrog.start('er_domain', $$CREATE TABLE dnew (id int PRIMARY KEY, v int);
+INSERT INTO dnew SELECT id, v FROM dsrc;
+DROP TABLE dsrc;$$);
+\set VERBOSITY sqlstate
+DROP DOMAIN posint CASCADE;
+\set VERBOSITY default
+SELECT * FROM dnew ORDER BY id;
+SELECT leapfrog.complete('er_domain');
+DROP DOMAIN posint;
+
 RESET search_path;
 DROP SCHEMA er CASCADE;
