@@ -233,6 +233,13 @@ lf_live_unsupported(LfMapping *m)
 
 			if (!att->attnotnull && ++nullable > LF_MAX_NULLABLE_KEYS)
 				why = psprintf("more than %d key columns that may be NULL", LF_MAX_NULLABLE_KEYS);
+			/*
+			 * A BEFORE row trigger sees a stored generated column before it
+			 * is computed (NULL on INSERT, the old value on UPDATE): ours
+			 * would claim the wrong group.
+			 */
+			if (why == NULL && att->attgenerated)
+				why = psprintf("key column \"%s\" is generated", NameStr(att->attname));
 		}
 		/* one table of done keys holds the keys of both sides of a join */
 		if (why == NULL)

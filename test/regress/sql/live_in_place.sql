@@ -231,6 +231,20 @@ SELECT action, input, detail FROM leapfrog.plan($$
   CREATE TABLE trig_sum AS SELECT k, sum(v) AS v FROM trig GROUP BY k;
 $$) WHERE action <> 'mapping';
 
+-- A key column that is a stored generated column: a BEFORE row trigger sees
+-- it before it is computed (NULL on INSERT, the old value on UPDATE), so
+-- the extension's would claim the wrong group, and the written row would
+-- land in a group not migrated yet (lost or counted twice).  Not tracked in
+-- place; and a replacement refuses generated columns, so start() refuses.
+CREATE TABLE gen (id int PRIMARY KEY, c int, amount int,
+                  g int GENERATED ALWAYS AS (c % 10) STORED);
+CREATE INDEX ON gen (g);
+INSERT INTO gen (id, c, amount) SELECT i, i, i FROM generate_series(1, 20) i;
+SELECT leapfrog.start('ip_gen', $$
+  CREATE TABLE gen_tot (g int PRIMARY KEY, n bigint, s bigint);
+  INSERT INTO gen_tot SELECT g, count(*), sum(amount) FROM gen GROUP BY g;
+$$);
+
 DROP PROCEDURE public.ip_app(text);
 DROP SCHEMA ip_eager CASCADE;
 DROP SCHEMA ip_lazy CASCADE;
