@@ -26,6 +26,8 @@
 #include "catalog/pg_class.h"
 #include "catalog/index.h"
 #include "catalog/namespace.h"
+#include "catalog/pg_inherits.h"
+#include "utils/syscache.h"
 #include "access/table.h"
 #include "nodes/makefuncs.h"
 #include "utils/acl.h"
@@ -78,20 +80,79 @@ lf_refuse_if_migrating(Oid relid, const char *relname, const char *what)
  * and VACUUM FULL (groups are tracked by key, not by ctid).
  */
 static void
+check_one_table(Oid relid, const char *relname, const char *what, bool live_ok)
+{
+	LfMigration *mig;
+
+	if (live_ok && (mig = lf_migration_by_input(relid)) != NULL &&
+		list_member_oid(mig->live, relid))
+		return;
+	lf_refuse_if_migrating(relid, relname, what);
+}
+
+/*
+ * Refuse to `what` table rv while a migration reads or fills it, or one of
+ * the tables that inherit from it, which the command also reaches unless
+ * ONLY is given (a new table declared INHERITS (p): TRUNCATE p emptied it
+ * and the rows not migrated came back; ALTER TABLE p ALTER COLUMN TYPE
+ * changed the column under the mapping).  With live_ok, not a live input
+ * tracked in place (live.c): what leaves its tracking whole, COPY (its FROM
+ * fires the trigger), CREATE INDEX, CLUSTER and VACUUM FULL (groups are
+ * tracked by key, not by ctid).
+ */
+static void
 check_table(RangeVar *rv, const char *what, bool live_ok)
 {
 	Oid			relid;
-	LfMigration *mig;
+	ListCell   *lc;
 
 	if (rv == NULL)
 		return;
 	relid = RangeVarGetRelid(rv, NoLock, true);
 	if (!OidIsValid(relid))
 		return;
-	if (live_ok && (mig = lf_migration_by_input(relid)) != NULL &&
-		list_member_oid(mig->live, relid))
+	check_one_table(relid, rv->relname, what, live_ok);
+	if (!rv->inh || !has_subclass(relid))
 		return;
-	lf_refuse_if_migrating(relid, rv->relname, what);
+	foreach(lc, find_all_inheritors(relid, NoLock, NULL))
+		if (lfirst_oid(lc) != relid)
+			check_one_table(lfirst_oid(lc), get_rel_name(lfirst_oid(lc)),
+							psprintf("%s, through its parent \"%s\",", what, rv->relname),
+							live_ok);
+}
+
+/*
+ * ALTER TYPE t ... CASCADE reaches the tables of type t (CREATE TABLE ...
+ * OF t): refused while a migration reads or fills one (the stored mapping
+ * would put the old type's values into the changed column).
+ */
+static void
+check_typed_tables(RangeVar *rv)
+{
+	Oid			relid = RangeVarGetRelid(rv, NoLock, true);
+	Oid			typid = OidIsValid(relid) ? get_rel_type_id(relid) : InvalidOid;
+	ListCell   *lm;
+
+	if (!OidIsValid(typid))
+		return;
+	foreach(lm, lf_active)
+	{
+		LfMigration *mig = lfirst(lm);
+		List	   *tables = list_concat_copy(mig->inputs, mig->targets);
+		ListCell   *lc;
+
+		foreach(lc, tables)
+		{
+			HeapTuple	tup = SearchSysCache1(RELOID, ObjectIdGetDatum(lfirst_oid(lc)));
+
+			if (!HeapTupleIsValid(tup))
+				continue;
+			if (((Form_pg_class) GETSTRUCT(tup))->reloftype == typid)
+				lf_refuse_if_migrating(lfirst_oid(lc), NameStr(((Form_pg_class) GETSTRUCT(tup))->relname),
+									   psprintf("alter, through its type \"%s\",", rv->relname));
+			ReleaseSysCache(tup);
+		}
+	}
 }
 
 /*
@@ -162,6 +223,11 @@ check_utility(Node *stmt)
 	switch (nodeTag(stmt))
 	{
 		case T_AlterTableStmt:
+			if (((AlterTableStmt *) stmt)->objtype == OBJECT_TYPE)
+			{
+				check_typed_tables(((AlterTableStmt *) stmt)->relation);
+				break;
+			}
 			check_table(((AlterTableStmt *) stmt)->relation, "alter", false);
 			/* a new table made a partition: its parent would route rows in */
 			foreach(lc, ((AlterTableStmt *) stmt)->cmds)

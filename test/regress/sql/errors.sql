@@ -458,5 +458,36 @@ SELECT * FROM dnew ORDER BY id;
 SELECT leapfrog.complete('er_domain');
 DROP DOMAIN posint;
 
+-- DDL that reaches a new table through another object: TRUNCATE and ALTER
+-- TABLE of a parent it inherits from (unless ONLY), ALTER TYPE ... CASCADE
+-- of the type it was created OF.  TRUNCATE of the parent emptied the new
+-- table and the rows not migrated came back; a retyped column received the
+-- mapping's values of the old type (a crash).  Refused while it runs.
+CREATE TABLE ipar (id int, v int);
+CREATE TYPE irow AS (id int, v int);
+CREATE TABLE isrc (id int PRIMARY KEY, v int);
+INSERT INTO isrc SELECT g, g FROM generate_series(1, 5) g;
+SELECT leapfrog.start('er_inh', $$
+  CREATE TABLE ichild (id int PRIMARY KEY, v int) INHERITS (ipar);
+  CREATE TABLE ityped OF irow (PRIMARY KEY (id));
+  INSERT INTO ichild SELECT id, v FROM isrc;
+  INSERT INTO ityped SELECT id, v FROM isrc;
+  DROP TABLE isrc;
+$$);
+TRUNCATE ipar;
+ALTER TABLE ipar ADD CONSTRAINT small CHECK (v < 3);
+ALTER TABLE ipar ALTER COLUMN v TYPE text;
+ALTER TYPE irow ALTER ATTRIBUTE v TYPE text CASCADE;
+-- ONLY the parent is the parent's business
+TRUNCATE ONLY ipar;
+ALTER TABLE ONLY ipar ALTER COLUMN v SET DEFAULT 7;
+SELECT count(*) FROM ipar;
+SELECT * FROM ichild ORDER BY id;
+SELECT * FROM ityped ORDER BY id;
+SELECT leapfrog.complete('er_inh');
+ALTER TYPE irow ALTER ATTRIBUTE v TYPE bigint CASCADE;
+TRUNCATE ipar;
+SELECT count(*) AS ichild, (SELECT count(*) FROM ityped) AS ityped FROM ichild;
+
 RESET search_path;
 DROP SCHEMA er CASCADE;
