@@ -583,6 +583,8 @@ extern void lf_forbid_prepare(const char *what);
 extern bool lf_chaining;
 extern bool lf_dropping_own;
 extern void lf_refuse_if_migrating(Oid relid, const char *relname, const char *what);
+extern bool lf_tree_uses(Node *tree, Oid classId, Oid objid);
+extern const char *lf_script_mapping_calling(Oid classId, Oid objid);
 extern void lf_install_utility_hook(void);
 
 #endif							/* LEAPFROG_H */

@@ -2129,6 +2129,31 @@ run_one(StartState *st, RawStmt *rs)
 	}
 }
 
+/* The script start() is running (lf_script_mapping_calling), or NULL */
+static StartState *running_script = NULL;
+
+/*
+ * The target of a mapping of the running script that calls function (or
+ * operator) objid, or NULL: the script may not replace it after the
+ * mapping's INSERT (utility.c).
+ */
+const char *
+lf_script_mapping_calling(Oid classId, Oid objid)
+{
+	ListCell   *lc;
+
+	if (running_script == NULL)
+		return NULL;
+	foreach(lc, running_script->mappings)
+	{
+		PendingMapping *pm = lfirst(lc);
+
+		if (lf_tree_uses(stringToNode(pm->query), classId, objid))
+			return get_rel_name(pm->target);
+	}
+	return NULL;
+}
+
 /*
  * Run the script's statements in order, after the prelude: DDL, mappings,
  * retirements.
@@ -2138,8 +2163,17 @@ run_script(StartState *st)
 {
 	ListCell   *lc;
 
-	for_each_from(lc, st->stmts, st->prelude)
-		run_one(st, lfirst(lc));
+	running_script = st;
+	PG_TRY();
+	{
+		for_each_from(lc, st->stmts, st->prelude)
+			run_one(st, lfirst(lc));
+	}
+	PG_FINALLY();
+	{
+		running_script = NULL;
+	}
+	PG_END_TRY();
 	keep_live_inputs(st);
 	track_shared_retired(st);
 	st->current = 0;

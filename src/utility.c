@@ -16,6 +16,10 @@
  * COPY new_table TO (pg_dump's way to read a table) would read the table
  * directly and miss the unmigrated rows: it becomes COPY (SELECT columns
  * FROM ONLY new_table) TO, whose query computes them (compute.c).
+ *
+ * The object access hook catches what reaches those tables through other
+ * objects: a drop by CASCADE (of a table, or of an input's column), and
+ * the drop or replacement of a function or operator a mapping calls.
  *-------------------------------------------------------------------------
  */
 #include "leapfrog.h"
@@ -27,6 +31,10 @@
 #include "catalog/index.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_inherits.h"
+#include "catalog/pg_operator.h"
+#include "catalog/pg_proc.h"
+#include "catalog/objectaddress.h"
+#include "nodes/nodeFuncs.h"
 #include "utils/syscache.h"
 #include "access/table.h"
 #include "nodes/makefuncs.h"
@@ -468,6 +476,89 @@ lf_ProcessUtility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTree
 	}
 }
 
+/* Does tree call function objid (classId ProcedureRelationId) or operator objid? */
+typedef struct UsesCx
+{
+	Oid			classId;
+	Oid			objid;
+} UsesCx;
+
+static bool
+is_function(Oid funcid, void *cx)
+{
+	return funcid == ((UsesCx *) cx)->objid;
+}
+
+static bool
+uses_walker(Node *node, UsesCx *cx)
+{
+	if (node == NULL)
+		return false;
+	if (cx->classId == ProcedureRelationId && check_functions_in_node(node, is_function, cx))
+		return true;
+	if (cx->classId == OperatorRelationId &&
+		(((IsA(node, OpExpr) || IsA(node, DistinctExpr) || IsA(node, NullIfExpr)) &&
+		  ((OpExpr *) node)->opno == cx->objid) ||
+		 (IsA(node, ScalarArrayOpExpr) && ((ScalarArrayOpExpr *) node)->opno == cx->objid)))
+		return true;
+	if (IsA(node, Query))
+		return query_tree_walker((Query *) node, uses_walker, cx, 0);
+	return expression_tree_walker(node, uses_walker, cx);
+}
+
+bool
+lf_tree_uses(Node *tree, Oid classId, Oid objid)
+{
+	UsesCx		cx = {classId, objid};
+
+	return uses_walker(tree, &cx);
+}
+
+/*
+ * A function or operator that a mapping calls, dropped or replaced (CREATE
+ * OR REPLACE) while its migration runs, or by the script after the
+ * mapping's INSERT: eagerly the INSERT ran with it as it was; lazily the
+ * rows not migrated yet would need it as it is no more (every read and
+ * complete() failed with "cache lookup failed", or the rows got the new
+ * body's values).  The stored mappings hold no dependencies of their own.
+ */
+static void
+refuse_if_mapping_calls(Oid classId, Oid objid, const char *verb)
+{
+	ListCell   *lm;
+	const char *target;
+
+	if ((target = lf_script_mapping_calling(classId, objid)) != NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("cannot %s %s after the script's INSERT into \"%s\", which calls it",
+						verb, getObjectDescriptionOids(classId, objid), target),
+				 errdetail("Eagerly that INSERT ran with it as it was; its rows migrate after start()."),
+				 errhint("Put the statement before the INSERT ... SELECT.")));
+	if (!lf_any_active())
+		return;
+	foreach(lm, lf_active)
+	{
+		LfMigration *mig = lfirst(lm);
+		ListCell   *lc;
+
+		foreach(lc, mig->mappings)
+		{
+			LfMapping  *m = lfirst(lc);
+
+			if (lf_tree_uses((Node *) m->query, classId, objid))
+				ereport(ERROR,
+						(errcode(ERRCODE_OBJECT_IN_USE),
+						 errmsg("cannot %s %s while leapfrog migration \"%s\" is running",
+								verb, getObjectDescriptionOids(classId, objid), mig->name),
+						 errdetail("The mapping into \"%s\" calls it for the rows not migrated yet.",
+								   get_rel_name(m->target)),
+						 errhint("Wait with SELECT leapfrog.wait('%s'), or finish now with SELECT leapfrog.complete('%s').",
+								 mig->name, mig->name)));
+		}
+	}
+}
+
 /*
  * A table of a running migration dropped by anything but the extension: an
  * input (retired, or live and tracked in place), a table of done keys or a
@@ -482,6 +573,15 @@ lf_object_access(ObjectAccessType access, Oid classId, Oid objectId, int subId, 
 
 	if (prev_object_access)
 		prev_object_access(access, classId, objectId, subId, arg);
+	if (!IsTransactionState())
+		return;
+	if ((access == OAT_DROP && (classId == ProcedureRelationId || classId == OperatorRelationId)) ||
+		(access == OAT_POST_CREATE && classId == ProcedureRelationId))
+	{
+		/* (a function just created is called by no mapping: one replaced may be) */
+		refuse_if_mapping_calls(classId, objectId, access == OAT_DROP ? "drop" : "replace");
+		return;
+	}
 	/* start() itself retires and replaces the tables of earlier migrations */
 	if (access != OAT_DROP || classId != RelationRelationId ||
 		lf_dropping_own || lf_chaining || !IsTransactionState() || !lf_any_active())

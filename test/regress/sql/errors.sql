@@ -489,5 +489,30 @@ ALTER TYPE irow ALTER ATTRIBUTE v TYPE bigint CASCADE;
 TRUNCATE ipar;
 SELECT count(*) AS ichild, (SELECT count(*) FROM ityped) AS ityped FROM ichild;
 
+-- A function a mapping calls, dropped or replaced while the migration runs,
+-- or replaced by the script after the mapping's INSERT: eagerly the INSERT
+-- ran with it as it was; lazily the rows not migrated yet would need it
+-- (every read and complete() failed with "cache lookup failed", or got the
+-- new body's values).  Refused; the mappings hold no dependencies.
+CREATE FUNCTION dbl(int) RETURNS int IMMUTABLE LANGUAGE sql AS 'SELECT $1 * 2';
+CREATE TABLE fsrc (id int PRIMARY KEY, v int);
+INSERT INTO fsrc SELECT g, g FROM generate_series(1, 5) g;
+SELECT leapfrog.start('er_func', $$
+  CREATE TABLE fnew (id int PRIMARY KEY, v int);
+  INSERT INTO fnew SELECT id, dbl(v) FROM fsrc;
+  CREATE OR REPLACE FUNCTION dbl(int) RETURNS int IMMUTABLE LANGUAGE sql AS 'SELECT $1 * 1000';
+  DROP TABLE fsrc;
+$$);
+SELECT leapfrog.start('er_func', $$
+  CREATE TABLE fnew (id int PRIMARY KEY, v int);
+  INSERT INTO fnew SELECT id, dbl(v) FROM fsrc;
+  DROP TABLE fsrc;
+$$);
+DROP FUNCTION dbl(int);
+CREATE OR REPLACE FUNCTION dbl(int) RETURNS int IMMUTABLE LANGUAGE sql AS 'SELECT $1 * 1000';
+SELECT * FROM fnew ORDER BY id;
+SELECT leapfrog.complete('er_func');
+DROP FUNCTION dbl(int);
+
 RESET search_path;
 DROP SCHEMA er CASCADE;
