@@ -56,6 +56,7 @@
 #include "parser/parsetree.h"
 #include "storage/bufmgr.h"
 #include "storage/lmgr.h"
+#include "storage/predicate.h"
 #include "tcop/dest.h"
 #include "tcop/utility.h"
 #include "utils/array.h"
@@ -2362,6 +2363,34 @@ check_read_only(PlannedStmt *stmt)
 	}
 }
 
+/*
+ * A serializable transaction's read that computes rows of new tables from
+ * their retired inputs holds predicate locks on the retired rows it read.
+ * Whoever migrates them later (a worker, a READ COMMITTED statement, a
+ * completion) runs outside serializable isolation and moves no lock to the
+ * row it inserts, so a serializable write of that row met none: a write
+ * skew that eager would have failed with 40001.  A lock on each such new
+ * table as a whole catches every later write of it (coarse: writes of rows
+ * the read did not need conflict too, as after a sequential scan).
+ */
+static void
+lock_computed_tables(QueryDesc *qd)
+{
+	ListCell   *lc;
+
+	foreach(lc, qd->plannedstmt->rtable)
+	{
+		RangeTblEntry *rte = lfirst(lc);
+		Relation	rel;
+
+		if (rte->rtekind != RTE_RELATION || !lf_is_target(rte->relid))
+			continue;
+		rel = table_open(rte->relid, AccessShareLock);
+		PredicateLockRelation(rel, qd->snapshot);
+		table_close(rel, NoLock);
+	}
+}
+
 static void
 lf_ExecutorStart(QueryDesc *qd, int eflags)
 {
@@ -2413,8 +2442,13 @@ lf_ExecutorStart(QueryDesc *qd, int eflags)
 				check_read_only(qd->plannedstmt);
 			prepare_statement(qd, items);
 		}
-		else if (!lf_cache_valid || lf_recent_done != NIL)
-			check_completions(qd);
+		else
+		{
+			if (IsolationIsSerializable() && lf_plan_wrapped(qd->plannedstmt))
+				lock_computed_tables(qd);
+			if (!lf_cache_valid || lf_recent_done != NIL)
+				check_completions(qd);
+		}
 	}
 	if (prev_ExecutorStart)
 		prev_ExecutorStart(qd, eflags);
