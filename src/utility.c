@@ -33,6 +33,9 @@
 #include "catalog/pg_inherits.h"
 #include "catalog/pg_operator.h"
 #include "catalog/pg_proc.h"
+#include "catalog/pg_type.h"
+#include "parser/parse_type.h"
+#include "utils/builtins.h"
 #include "catalog/objectaddress.h"
 #include "nodes/nodeFuncs.h"
 #include "utils/syscache.h"
@@ -127,6 +130,70 @@ check_table(RangeVar *rv, const char *what, bool live_ok)
 			check_one_table(lfirst_oid(lc), get_rel_name(lfirst_oid(lc)),
 							psprintf("%s, through its parent \"%s\",", what, rv->relname),
 							live_ok);
+}
+
+/* Is type typid domain domid, or a domain over it? */
+static bool
+is_domain_over(Oid typid, Oid domid)
+{
+	while (OidIsValid(typid))
+	{
+		HeapTuple	tup;
+		Form_pg_type t;
+		Oid			base = InvalidOid;
+
+		if (typid == domid)
+			return true;
+		tup = SearchSysCache1(TYPEOID, ObjectIdGetDatum(typid));
+		if (!HeapTupleIsValid(tup))
+			return false;
+		t = (Form_pg_type) GETSTRUCT(tup);
+		if (t->typtype == TYPTYPE_DOMAIN)
+			base = t->typbasetype;
+		ReleaseSysCache(tup);
+		typid = base;
+	}
+	return false;
+}
+
+/*
+ * ALTER DOMAIN d ADD CONSTRAINT, SET NOT NULL or VALIDATE CONSTRAINT checks
+ * every row of every column of type d: of a new table, it would check the
+ * rows migrated so far only (and the rows migrated later would fail, stuck
+ * in the migration); of a retired input, rows eagerly gone.  Refused while
+ * a migration reads or fills such a column.
+ */
+static void
+check_domain(AlterDomainStmt *stmt)
+{
+	Oid			domid;
+	ListCell   *lm;
+
+	if (stmt->subtype != 'C' && stmt->subtype != 'O' && stmt->subtype != 'V')
+		return;
+	domid = typenameTypeId(NULL, makeTypeNameFromNameList(stmt->typeName));
+	foreach(lm, lf_active)
+	{
+		LfMigration *mig = lfirst(lm);
+		List	   *tables = list_concat_copy(mig->inputs, mig->targets);
+		ListCell   *lc;
+
+		foreach(lc, tables)
+		{
+			Relation	rel = table_open(lfirst_oid(lc), AccessShareLock);
+			TupleDesc	desc = RelationGetDescr(rel);
+			bool		uses = false;
+
+			for (int i = 0; i < desc->natts && !uses; i++)
+				uses = !TupleDescAttr(desc, i)->attisdropped &&
+					is_domain_over(TupleDescAttr(desc, i)->atttypid, domid);
+			table_close(rel, AccessShareLock);
+			if (uses)
+				lf_refuse_if_migrating(lfirst_oid(lc), get_rel_name(lfirst_oid(lc)),
+									   psprintf("alter, through its domain \"%s\",",
+											   format_type_be(domid)));
+		}
+	}
 }
 
 /*
@@ -318,6 +385,9 @@ check_utility(Node *stmt)
 									 errhint("Finish them with leapfrog.complete() first.")));
 				break;
 			}
+		case T_AlterDomainStmt:
+			check_domain((AlterDomainStmt *) stmt);
+			break;
 		case T_ReassignOwnedStmt:
 			/* the migration's owner runs its steps and owns its tables */
 			foreach(lc, ((ReassignOwnedStmt *) stmt)->roles)
@@ -447,6 +517,7 @@ lf_ProcessUtility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTree
 		case T_VacuumStmt:
 		case T_DropStmt:
 		case T_ReassignOwnedStmt:
+		case T_AlterDomainStmt:
 			if (!IsTransactionState())
 				break;
 			if (IsA(pstmt->utilityStmt, CopyStmt) && (lf_any_active() || lf_recent_done != NIL))

@@ -514,5 +514,25 @@ SELECT * FROM fnew ORDER BY id;
 SELECT leapfrog.complete('er_func');
 DROP FUNCTION dbl(int);
 
+-- ALTER DOMAIN ... ADD CONSTRAINT (SET NOT NULL, VALIDATE) checks every
+-- column of the domain: of a new table, only the rows migrated so far
+-- (those after would fail in the migration: complete() was stuck); of a
+-- retired input, rows eagerly gone.  Refused while the migration runs; a
+-- new default is the business of rows inserted later, as eagerly.
+CREATE DOMAIN small_int AS int;
+CREATE TABLE dsrc2 (id int PRIMARY KEY, v int);
+INSERT INTO dsrc2 SELECT g, g FROM generate_series(1, 5) g;
+SELECT leapfrog.start('er_domain2', $$
+  CREATE TABLE dnew2 (id int PRIMARY KEY, v small_int);
+  INSERT INTO dnew2 SELECT id, v FROM dsrc2;
+  DROP TABLE dsrc2;
+$$);
+UPDATE dnew2 SET v = v WHERE id = 1;
+ALTER DOMAIN small_int ADD CONSTRAINT lt3 CHECK (VALUE < 3);
+ALTER DOMAIN small_int SET NOT NULL;
+ALTER DOMAIN small_int SET DEFAULT 0;
+SELECT leapfrog.complete('er_domain2');
+ALTER DOMAIN small_int ADD CONSTRAINT lt100 CHECK (VALUE < 100);
+
 RESET search_path;
 DROP SCHEMA er CASCADE;
