@@ -425,6 +425,7 @@ typedef struct LfReplacement
 	List	   *settings;		/* "SET (...)", "ALTER COLUMN ... SET STATISTICS" */
 	List	   *comment;		/* its comment, if any */
 	List	   *index_names;	/* in the order of its index list */
+	List	   *stat_names;		/* of its extended statistics, in their order */
 	List	   *identity;		/* (attnum, sequence name, last_value, is_called,
 								 * type) */
 	Oid			owner;

@@ -12,10 +12,12 @@
  *	   outgoing foreign keys, index names, identity sequences' positions,
  *	   serial sequences (handed over to the clone), owner, privileges,
  *	   storage parameters, replica identity, the table's comment, the
- *	   columns' statistics targets;
+ *	   columns' statistics targets and options (n_distinct), the index it
+ *	   is clustered on, the names of its extended statistics;
  *	2. start.c retires the table (as DROP TABLE does for a mapping input);
- *	3. lf_replace_switch: the clone takes the table's name, its indexes the
- *	   old indexes' names, and the rest of what was read in 1;
+ *	3. lf_replace_switch: the clone takes the table's name, its indexes and
+ *	   extended statistics the old ones' names, and the rest of what was
+ *	   read in 1;
  *	4. the script's statement then runs as written: on the clone, which is
  *	   empty, so it is instant whatever it is; later statements of the
  *	   script on the table run on the clone too (lf_replace_note records the
@@ -44,6 +46,7 @@
 #include "access/genam.h"
 #include "access/htup_details.h"
 #include "access/table.h"
+#include "catalog/pg_statistic_ext.h"
 #include "catalog/dependency.h"
 #include "catalog/indexing.h"
 #include "catalog/namespace.h"
@@ -525,6 +528,22 @@ check_incoming_keys(Relation rel, const char *detail)
 	}
 }
 
+/* The name of extended statistics object stat (and its schema, if asked) */
+static char *
+statistics_name(Oid stat, Oid *nsp)
+{
+	HeapTuple	tup = SearchSysCache1(STATEXTOID, ObjectIdGetDatum(stat));
+	char	   *name;
+
+	if (!HeapTupleIsValid(tup))
+		elog(ERROR, "cache lookup failed for statistics object %u", stat);
+	name = pstrdup(NameStr(((Form_pg_statistic_ext) GETSTRUCT(tup))->stxname));
+	if (nsp)
+		*nsp = ((Form_pg_statistic_ext) GETSTRUCT(tup))->stxnamespace;
+	ReleaseSysCache(tup);
+	return name;
+}
+
 /*
  * Step 1.  The caller (start.c) has checked that the table is not under
  * migration and holds AccessExclusiveLock on it.  `why` names the statement
@@ -573,7 +592,16 @@ lf_replace_begin(Oid relid, const char *why)
 		" UNION ALL "
 		"SELECT pg_catalog.format('ALTER COLUMN %%I SET STATISTICS %%s', attname, attstattarget)"
 		"  FROM pg_catalog.pg_attribute WHERE attrelid = %u AND attnum > 0 AND NOT attisdropped"
-		"   AND attstattarget >= 0", relid, relid));
+		"   AND attstattarget >= 0"
+		" UNION ALL "
+		"SELECT pg_catalog.format('ALTER COLUMN %%I SET (%%s)', attname, pg_catalog.string_agg(o, ', '))"
+		"  FROM pg_catalog.pg_attribute, pg_catalog.unnest(attoptions) o"
+		" WHERE attrelid = %u AND attnum > 0 AND NOT attisdropped AND o LIKE 'n\\_distinct%%'"
+		" GROUP BY attname"
+		" UNION ALL "
+		"SELECT pg_catalog.format('CLUSTER ON %%I', c.relname)"
+		"  FROM pg_catalog.pg_index i JOIN pg_catalog.pg_class c ON c.oid = i.indexrelid"
+		" WHERE i.indrelid = %u AND i.indisclustered", relid, relid, relid, relid));
 	r->comment = sql_strings(psprintf("SELECT pg_catalog.obj_description(%u, 'pg_class')", relid));
 	check_incoming_keys(rel, psprintf("Table \"%s\" would be replaced lazily (%s)",
 									  RelationGetRelationName(rel), why));
@@ -590,6 +618,8 @@ lf_replace_begin(Oid relid, const char *why)
 			lfirst_oid(lc) == RelationGetReplicaIndex(rel))
 			r->replident_index = get_rel_name(lfirst_oid(lc));
 	}
+	foreach(lc, RelationGetStatExtList(rel))
+		r->stat_names = lappend(r->stat_names, statistics_name(lfirst_oid(lc), NULL));
 	for (int i = 0; i < r->nsource; i++)
 	{
 		Form_pg_attribute att = TupleDescAttr(desc, r->source[i] - 1);
@@ -675,6 +705,7 @@ lf_replace_switch(LfReplacement *r)
 {
 	Relation	rel;
 	List	   *indexes;
+	List	   *stats;
 	ListCell   *lc,
 			   *lc2;
 	char	   *qname = quote_qualified_identifier(r->nspname, r->relname);
@@ -691,6 +722,26 @@ lf_replace_switch(LfReplacement *r)
 			 r->relname, list_length(indexes), list_length(r->index_names));
 	forboth(lc, indexes, lc2, r->index_names)
 		RenameRelationInternal(lfirst_oid(lc), (char *) lfirst(lc2), false, true);
+
+	/*
+	 * LIKE names the copy's extended statistics after the copy's temporary
+	 * name; they take the old ones' names, as the indexes (retire() drops
+	 * the old table's, as eager DROP would).
+	 */
+	rel = table_open(r->clone, AccessExclusiveLock);
+	stats = RelationGetStatExtList(rel);
+	table_close(rel, NoLock);
+	if (list_length(stats) == list_length(r->stat_names))
+		forboth(lc, stats, lc2, r->stat_names)
+		{
+			Oid			nsp;
+			char	   *name = statistics_name(lfirst_oid(lc), &nsp);
+
+			if (strcmp(name, (char *) lfirst(lc2)) != 0)
+				exec_sql(psprintf("ALTER STATISTICS %s RENAME TO %s",
+								  quote_qualified_identifier(get_namespace_name(nsp), name),
+								  quote_identifier((char *) lfirst(lc2))), SPI_OK_UTILITY);
+		}
 	foreach(lc, r->identity)
 	{
 		List	   *id = lfirst(lc);

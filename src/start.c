@@ -31,6 +31,7 @@
 #include "catalog/dependency.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_constraint.h"
+#include "catalog/pg_statistic_ext.h"
 #include "catalog/pg_inherits.h"
 #include "catalog/pg_proc.h"
 #include "catalog/pg_type.h"
@@ -1288,6 +1289,20 @@ retire(StartState *st, RawStmt *rs, Oid relid)
 			performDeletion(&addr, DROP_RESTRICT, PERFORM_DELETION_INTERNAL);
 		}
 	}
+	/*
+	 * Its extended statistics too: they keep their names in the user's
+	 * schema (a CREATE STATISTICS of the same name on the new table failed
+	 * with 42710, and pg_dump would dump them).
+	 */
+	rel = table_open(relid, NoLock);
+	foreach(lc, RelationGetStatExtList(rel))
+	{
+		ObjectAddress addr;
+
+		ObjectAddressSet(addr, StatisticExtRelationId, lfirst_oid(lc));
+		performDeletion(&addr, DROP_RESTRICT, PERFORM_DELETION_INTERNAL);
+	}
+	table_close(rel, NoLock);
 	CommandCounterIncrement();
 
 	/* Unique names inside leapfrog_retired, derived from OIDs. */

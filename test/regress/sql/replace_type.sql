@@ -82,6 +82,38 @@ SELECT count(*) AS old_table_left FROM pg_class WHERE oid = :old_oid;
 SELECT * FROM public.regress_compare('rt_lazy.acct', 'rt_eager.acct');
 SELECT count(*), sum(bal), sum(id) FROM rt_lazy.acct;
 
+-- Extended statistics keep their names: a table replaced lazily gives its
+-- statistics objects' names to the copy's (LIKE names them after the
+-- copy), and a retired table's are dropped, as eagerly, so that the new
+-- table may take the name.
+SET search_path = rt_lazy;
+CREATE TABLE st (a int, b int, c int);
+CREATE STATISTICS st_ab ON a, b FROM st;
+CREATE STATISTICS st_bc (ndistinct) ON b, c FROM st;
+INSERT INTO st SELECT g, g, g FROM generate_series(1, 10) g;
+-- (and what else ALTER TABLE keeps: a column's options, the CLUSTER mark)
+ALTER TABLE st ALTER COLUMN b SET (n_distinct = 42);
+CREATE INDEX st_c ON st (c);
+ALTER TABLE st CLUSTER ON st_c;
+CREATE TABLE st2src (a int, c int);
+CREATE STATISTICS st_ac ON a, c FROM st2src;
+INSERT INTO st2src SELECT g, g FROM generate_series(1, 10) g;
+SELECT leapfrog.start('rt_stats', $$
+  ALTER TABLE st ALTER COLUMN a TYPE bigint;
+  CREATE TABLE st2 (a int, c int);
+  INSERT INTO st2 SELECT a, c FROM st2src;
+  DROP TABLE st2src;
+$$);
+SELECT stxname, stxrelid::regclass FROM pg_statistic_ext
+ WHERE stxnamespace = 'rt_lazy'::regnamespace ORDER BY stxname;
+CREATE STATISTICS st_ac ON a, c FROM st2;
+SELECT attname, o FROM pg_attribute, unnest(attoptions) o
+ WHERE attrelid = 'st'::regclass AND o LIKE 'n\_distinct%';
+SELECT indexrelid::regclass FROM pg_index WHERE indrelid = 'st'::regclass AND indisclustered;
+SELECT leapfrog.complete('rt_stats');
+SELECT stxname, stxrelid::regclass FROM pg_statistic_ext
+ WHERE stxnamespace = 'rt_lazy'::regnamespace ORDER BY stxname;
+
 RESET search_path;
 DROP SCHEMA rt_eager CASCADE;
 DROP SCHEMA rt_lazy CASCADE;
