@@ -536,8 +536,9 @@ extern void lf_migrate_live_key(LfMigration *mig, LfMapping *m, int i, Datum *ke
 
 /* rowcopy.c */
 extern int	lf_copy_param(PlannedStmt *ps);
+extern bool lf_bulk_batch;
 extern bool lf_copy_rows(PlannedStmt *ps, int paramid, Snapshot snap, ParamListInfo params,
-						 uint64 *copied);
+						 bool bulk_ok, uint64 *copied);
 
 /* probe.c */
 extern bool lf_probe_index(PlannedStmt *ps, Snapshot snap, ParamListInfo params,

@@ -918,10 +918,12 @@ copy_claimed(LfMigration *mig, StepPlan *sp, Snapshot snap, ParamListInfo params
 	int			n = 0;
 	LfSavedUser saved = lf_become(mig->owner, SECURITY_RESTRICTED_OPERATION);
 	bool		queued = false;
+	bool		bulk_ok = lf_bulk_batch;	/* a worker's batch: not its checks' steps */
 	ListCell   *lc,
 			   *lu,
 			   *ld;
 
+	lf_bulk_batch = false;
 	/* the INSERTs' trigger events fire as the step ends (check_constraints_now) */
 	AfterTriggerBeginQuery();
 	forthree(lc, sp->inserts, lu, sp->unfiltered, ld, sp->direct)
@@ -934,7 +936,7 @@ copy_claimed(LfMigration *mig, StepPlan *sp, Snapshot snap, ParamListInfo params
 			(int64) counts[0] * counts[1] <= LF_FEW_PAIRS)
 			ps = sp->few_rows;
 		CommandCounterIncrement();
-		if (!lf_copy_rows(ps, lfirst_int(ld), snap, params, &copied))
+		if (!lf_copy_rows(ps, lfirst_int(ld), snap, params, bulk_ok, &copied))
 		{
 			copied = run_plan(ps, "leapfrog migrate", snap, params, None_Receiver, true);
 			queued = true;

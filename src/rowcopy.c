@@ -155,6 +155,13 @@ param_tids(ParamListInfo params, int paramid, ItemPointerData **out)
 	return lf_tids_sort_unique(tids, n);
 }
 
+/*
+ * Set by a worker around its batch's step (worker.c): that step's copy,
+ * and no other (a statement's step, complete(), the steps of its foreign
+ * keys' checks, even in a worker), inserts many rows at a time.
+ */
+bool		lf_bulk_batch = false;
+
 /* Rows a worker's batch buffers before it inserts them (COPY's limits) */
 #define LF_BULK_ROWS 1000
 #define LF_BULK_BYTES 65535
@@ -222,7 +229,7 @@ bulk_add(BulkInsert *bi, TupleTableSlot *row)
  */
 bool
 lf_copy_rows(PlannedStmt *ps, int paramid, Snapshot snap, ParamListInfo params,
-			 uint64 *copied)
+			 bool bulk_ok, uint64 *copied)
 {
 	Scan	   *scan;
 	ItemPointerData *tids;
@@ -284,7 +291,7 @@ lf_copy_rows(PlannedStmt *ps, int paramid, Snapshot snap, ParamListInfo params,
 	qual = ExecInitQual(scan->plan.qual, NULL);
 	proj = ExecBuildProjectionInfo(tlist, econtext, outslot, NULL, RelationGetDescr(input));
 	nblocks = RelationGetNumberOfBlocks(input);
-	if (IsBackgroundWorker && ntids >= LF_BULK_MIN_ROWS)
+	if (bulk_ok && ntids >= LF_BULK_MIN_ROWS)
 	{
 		bulk.rri = rri;
 		bulk.estate = estate;

@@ -774,7 +774,16 @@ next_batch(LfMigration *mig, InputCursor *c, LfClaim *claim, bool *pass_done)
 		*pass_done = true;
 		return 0;
 	}
-	n = (int) lf_migrate_range(mig, c->input, lo, hi, claim);
+	lf_bulk_batch = true;		/* (rowcopy.c) */
+	PG_TRY();
+	{
+		n = (int) lf_migrate_range(mig, c->input, lo, hi, claim);
+	}
+	PG_FINALLY();
+	{
+		lf_bulk_batch = false;
+	}
+	PG_END_TRY();
 	/* aim at leapfrog.batch_size rows per batch, fewer when paced */
 	target = lf_pacing_batch_rows();
 	if (n < target / 2 && c->step < 1024 * 1024)
