@@ -425,7 +425,8 @@ typedef struct LfReplacement
 	List	   *settings;		/* "SET (...)", "ALTER COLUMN ... SET STATISTICS" */
 	List	   *comment;		/* its comment, if any */
 	List	   *index_names;	/* in the order of its index list */
-	List	   *stat_names;		/* of its extended statistics, in their order */
+	List	   *stat_names;		/* (schema, name) of its extended statistics,
+								 * in their order */
 	List	   *identity;		/* (attnum, sequence name, last_value, is_called,
 								 * type) */
 	Oid			owner;
@@ -480,7 +481,11 @@ typedef enum LfItemField
 	LF_ITEM_MIGRATION,			/* Integer: the migration's id */
 	LF_ITEM_PLAN,				/* PlannedStmt: SELECT ctid FROM <mapping> ... */
 	LF_ITEM_DESC,				/* String: EXPLAIN's "Migrates:" line */
-	LF_ITEM_STANDALONE,			/* Integer: reads nothing but its input */
+	LF_ITEM_STANDALONE,			/* Integer: reads nothing but its input (1),
+								 * and calls no function that is not
+								 * immutable, which may read other tables
+								 * and give another answer in the next READ
+								 * COMMITTED round (2: alone otherwise) */
 	LF_ITEM_KIND,				/* Integer: LfItemKind */
 	LF_ITEM_MAPPING,			/* Integer: of a live input read by several
 								 * GROUP BY mappings, the one whose groups the
@@ -505,7 +510,9 @@ typedef enum LfItemKind
 #define lf_item_migration(item)	intVal(list_nth((item), LF_ITEM_MIGRATION))
 #define lf_item_plan(item)		((PlannedStmt *) list_nth((item), LF_ITEM_PLAN))
 #define lf_item_desc(item)		strVal(list_nth((item), LF_ITEM_DESC))
-#define lf_item_standalone(item) (intVal(list_nth((item), LF_ITEM_STANDALONE)) != 0)
+#define lf_item_standalone(item) \
+	(intVal(list_nth((item), LF_ITEM_STANDALONE)) == 1 || \
+	 (intVal(list_nth((item), LF_ITEM_STANDALONE)) == 2 && IsolationUsesXactSnapshot()))
 #define lf_item_kind(item)		((LfItemKind) intVal(list_nth((item), LF_ITEM_KIND)))
 #define lf_item_mapping(item)	intVal(list_nth((item), LF_ITEM_MAPPING))
 #define lf_item_pinned(item)	((List *) list_nth((item), LF_ITEM_PINNED))

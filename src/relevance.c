@@ -1659,26 +1659,29 @@ calls_foreign_mutable(Node *node, void *cx)
  * Does the relevance query read nothing but its input?  Then the set of rows
  * it returns can only shrink (inputs only lose rows, the mapping is
  * immutable), and once its rows are migrated, running it again would find
- * nothing: the executor skips that confirming round (migrate.c).  A STABLE
- * function in its conditions may read another table (WHERE id = f()):
- * under READ COMMITTED each round's snapshot is newer, its value may
- * change, and the statement runs in the last round's snapshot, so the
- * confirming round must run.
+ * nothing: the executor skips that confirming round (migrate.c).  1 if so;
+ * 2 if, besides, a condition calls a function that is not immutable (WHERE
+ * id = f(), f reading another table): under READ COMMITTED each round's
+ * snapshot is newer, its value may change, and the statement runs in the
+ * last round's snapshot, so the confirming round must run there (a
+ * transaction snapshot does not change: lf_item_standalone); 0 otherwise.
  */
-static bool
+static int
 standalone(Query *q)
 {
 	RangeTblRef *rtr;
+	RangeTblEntry *rte;
 
 	if (q->hasSubLinks || q->cteList != NIL || q->jointree == NULL ||
-		calls_foreign_mutable((Node *) q, NULL) ||
 		list_length(q->jointree->fromlist) != 1 ||
 		!IsA(linitial(q->jointree->fromlist), RangeTblRef))
-		return false;
+		return 0;
 	rtr = linitial(q->jointree->fromlist);
+	rte = rt_fetch(rtr->rtindex, q->rtable);
 	/* the mapping, or the retired input itself (unit_key_query) */
-	return rt_fetch(rtr->rtindex, q->rtable)->rtekind == RTE_SUBQUERY ||
-		rt_fetch(rtr->rtindex, q->rtable)->rtekind == RTE_RELATION;
+	if (rte->rtekind != RTE_SUBQUERY && rte->rtekind != RTE_RELATION)
+		return 0;
+	return calls_foreign_mutable((Node *) q, NULL) ? 2 : 1;
 }
 
 /*
@@ -2280,7 +2283,7 @@ plan_items(RelCtx *cx, PlannedStmt *stmt, ParamListInfo boundParams)
 		PlannedStmt *rs;
 		LfMigration *mig = lf_migration_by_input(lfirst_oid(li));
 		/* an input an earlier migration still fills gains rows: not alone */
-		bool		alone = standalone(q) && mig && !lf_has_upstream(mig);
+		int			alone = mig && !lf_has_upstream(mig) ? standalone(q) : 0;
 		List	   *item;
 
 		if (mig == NULL)

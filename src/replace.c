@@ -619,7 +619,13 @@ lf_replace_begin(Oid relid, const char *why)
 			r->replident_index = get_rel_name(lfirst_oid(lc));
 	}
 	foreach(lc, RelationGetStatExtList(rel))
-		r->stat_names = lappend(r->stat_names, statistics_name(lfirst_oid(lc), NULL));
+	{
+		Oid			nsp;
+		char	   *name = statistics_name(lfirst_oid(lc), &nsp);
+
+		r->stat_names = lappend(r->stat_names,
+								list_make2(makeString(get_namespace_name(nsp)), makeString(name)));
+	}
 	for (int i = 0; i < r->nsource; i++)
 	{
 		Form_pg_attribute att = TupleDescAttr(desc, r->source[i] - 1);
@@ -725,8 +731,9 @@ lf_replace_switch(LfReplacement *r)
 
 	/*
 	 * LIKE names the copy's extended statistics after the copy's temporary
-	 * name; they take the old ones' names, as the indexes (retire() drops
-	 * the old table's, as eager DROP would).
+	 * name, in the table's schema; they take the old ones' schemas, then
+	 * names, as the indexes (retire() drops the old table's, as eager DROP
+	 * would, so the names are free).
 	 */
 	rel = table_open(r->clone, AccessExclusiveLock);
 	stats = RelationGetStatExtList(rel);
@@ -736,11 +743,17 @@ lf_replace_switch(LfReplacement *r)
 		{
 			Oid			nsp;
 			char	   *name = statistics_name(lfirst_oid(lc), &nsp);
+			char	   *oldnsp = strVal(linitial((List *) lfirst(lc2)));
+			char	   *oldname = strVal(lsecond((List *) lfirst(lc2)));
 
-			if (strcmp(name, (char *) lfirst(lc2)) != 0)
-				exec_sql(psprintf("ALTER STATISTICS %s RENAME TO %s",
+			if (strcmp(get_namespace_name(nsp), oldnsp) != 0)
+				exec_sql(psprintf("ALTER STATISTICS %s SET SCHEMA %s",
 								  quote_qualified_identifier(get_namespace_name(nsp), name),
-								  quote_identifier((char *) lfirst(lc2))), SPI_OK_UTILITY);
+								  quote_identifier(oldnsp)), SPI_OK_UTILITY);
+			if (strcmp(name, oldname) != 0)
+				exec_sql(psprintf("ALTER STATISTICS %s RENAME TO %s",
+								  quote_qualified_identifier(oldnsp, name),
+								  quote_identifier(oldname)), SPI_OK_UTILITY);
 		}
 	foreach(lc, r->identity)
 	{

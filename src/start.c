@@ -817,7 +817,10 @@ check_fill_order(StartState *st, Oid target)
 
 		if (earlier->target == target)
 			continue;
-		rel = table_open(earlier->target, AccessShareLock);
+		/* (a target the script dropped is refused later, for that) */
+		rel = try_table_open(earlier->target, AccessShareLock);
+		if (rel == NULL)
+			continue;
 		foreach(lf, RelationGetFKeyList(rel))
 		{
 			ForeignKeyCacheInfo *fk = lfirst(lf);

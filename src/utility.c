@@ -102,34 +102,91 @@ check_one_table(Oid relid, const char *relname, const char *what, bool live_ok)
 }
 
 /*
- * Refuse to `what` table rv while a migration reads or fills it, or one of
- * the tables that inherit from it, which the command also reaches unless
- * ONLY is given (a new table declared INHERITS (p): TRUNCATE p emptied it
- * and the rows not migrated came back; ALTER TABLE p ALTER COLUMN TYPE
- * changed the column under the mapping).  With live_ok, not a live input
- * tracked in place (live.c): what leaves its tracking whole, COPY (its FROM
- * fires the trigger), CREATE INDEX, CLUSTER and VACUUM FULL (groups are
- * tracked by key, not by ctid).
+ * Refuse to `what` table rv while a migration reads or fills it.  With
+ * live_ok, not a live input tracked in place (live.c): what leaves its
+ * tracking whole, COPY (its FROM fires the trigger), CREATE INDEX, CLUSTER
+ * and VACUUM FULL (groups are tracked by key, not by ctid).
  */
 static void
 check_table(RangeVar *rv, const char *what, bool live_ok)
+{
+	Oid			relid;
+
+	if (rv == NULL)
+		return;
+	relid = RangeVarGetRelid(rv, NoLock, true);
+	if (OidIsValid(relid))
+		check_one_table(relid, rv->relname, what, live_ok);
+}
+
+/*
+ * The same for a command that also reaches the tables inheriting from rv
+ * unless ONLY is given (TRUNCATE, ALTER TABLE ... ALTER COLUMN TYPE, ADD
+ * CONSTRAINT, RENAME COLUMN): a new table declared INHERITS (p) was emptied
+ * by TRUNCATE p, and its rows not migrated came back; ALTER TABLE p ALTER
+ * COLUMN TYPE changed the column under the mapping.  (COPY, CREATE INDEX,
+ * CLUSTER and VACUUM of a parent stay its own: pg_dump copies a parent.)
+ */
+static void
+check_table_and_heirs(RangeVar *rv, const char *what)
 {
 	Oid			relid;
 	ListCell   *lc;
 
 	if (rv == NULL)
 		return;
+	check_table(rv, what, false);
 	relid = RangeVarGetRelid(rv, NoLock, true);
-	if (!OidIsValid(relid))
-		return;
-	check_one_table(relid, rv->relname, what, live_ok);
-	if (!rv->inh || !has_subclass(relid))
+	if (!OidIsValid(relid) || !rv->inh || !has_subclass(relid))
 		return;
 	foreach(lc, find_all_inheritors(relid, NoLock, NULL))
 		if (lfirst_oid(lc) != relid)
 			check_one_table(lfirst_oid(lc), get_rel_name(lfirst_oid(lc)),
 							psprintf("%s, through its parent \"%s\",", what, rv->relname),
-							live_ok);
+							false);
+}
+
+/* Does an ALTER TABLE subcommand of this kind reach the inheriting tables? */
+static bool
+recurses_to_heirs(AlterTableType subtype)
+{
+	switch (subtype)
+	{
+		case AT_ChangeOwner:
+		case AT_SetRelOptions:
+		case AT_ResetRelOptions:
+		case AT_ReplaceRelOptions:
+		case AT_SetTableSpace:
+		case AT_ClusterOn:
+		case AT_DropCluster:
+		case AT_SetLogged:
+		case AT_SetUnLogged:
+		case AT_EnableTrig:
+		case AT_EnableAlwaysTrig:
+		case AT_EnableReplicaTrig:
+		case AT_DisableTrig:
+		case AT_EnableTrigAll:
+		case AT_DisableTrigAll:
+		case AT_EnableTrigUser:
+		case AT_DisableTrigUser:
+		case AT_EnableRule:
+		case AT_EnableAlwaysRule:
+		case AT_EnableReplicaRule:
+		case AT_DisableRule:
+		case AT_ReplicaIdentity:
+		case AT_EnableRowSecurity:
+		case AT_DisableRowSecurity:
+		case AT_ForceRowSecurity:
+		case AT_NoForceRowSecurity:
+		case AT_GenericOptions:
+		case AT_AddInherit:
+		case AT_DropInherit:
+		case AT_AddOf:
+		case AT_DropOf:
+			return false;
+		default:
+			return true;		/* (or unknown: as if it did) */
+	}
 }
 
 /* Is type typid domain domid, or a domain over it? */
@@ -303,7 +360,16 @@ check_utility(Node *stmt)
 				check_typed_tables(((AlterTableStmt *) stmt)->relation);
 				break;
 			}
-			check_table(((AlterTableStmt *) stmt)->relation, "alter", false);
+			{
+				bool		recurses = false;
+
+				foreach(lc, ((AlterTableStmt *) stmt)->cmds)
+					recurses |= recurses_to_heirs(((AlterTableCmd *) lfirst(lc))->subtype);
+				if (recurses)
+					check_table_and_heirs(((AlterTableStmt *) stmt)->relation, "alter");
+				else
+					check_table(((AlterTableStmt *) stmt)->relation, "alter", false);
+			}
 			/* a new table made a partition: its parent would route rows in */
 			foreach(lc, ((AlterTableStmt *) stmt)->cmds)
 			{
@@ -314,7 +380,11 @@ check_utility(Node *stmt)
 			}
 			break;
 		case T_RenameStmt:
-			check_table(((RenameStmt *) stmt)->relation, "rename", false);
+			if (((RenameStmt *) stmt)->renameType == OBJECT_COLUMN ||
+				((RenameStmt *) stmt)->renameType == OBJECT_TABCONSTRAINT)
+				check_table_and_heirs(((RenameStmt *) stmt)->relation, "rename");
+			else
+				check_table(((RenameStmt *) stmt)->relation, "rename", false);
 			break;
 		case T_IndexStmt:
 			check_table(((IndexStmt *) stmt)->relation, "index", true);
@@ -331,7 +401,7 @@ check_utility(Node *stmt)
 			break;
 		case T_TruncateStmt:
 			foreach(lc, ((TruncateStmt *) stmt)->relations)
-				check_table(lfirst(lc), "truncate", false);
+				check_table_and_heirs(lfirst(lc), "truncate");
 			if (((TruncateStmt *) stmt)->behavior == DROP_CASCADE)
 				check_truncate_cascade((TruncateStmt *) stmt);
 			break;

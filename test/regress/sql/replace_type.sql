@@ -91,6 +91,11 @@ CREATE TABLE st (a int, b int, c int);
 CREATE STATISTICS st_ab ON a, b FROM st;
 CREATE STATISTICS st_bc (ndistinct) ON b, c FROM st;
 INSERT INTO st SELECT g, g, g FROM generate_series(1, 10) g;
+-- (one in another schema, whose name an object of the table's schema has)
+CREATE SCHEMA rt_stx;
+CREATE STATISTICS rt_stx.st_x ON b, c FROM st;
+CREATE TABLE stother (b int, c int);
+CREATE STATISTICS st_x ON b, c FROM stother;
 -- (and what else ALTER TABLE keeps: a column's options, the CLUSTER mark)
 ALTER TABLE st ALTER COLUMN b SET (n_distinct = 42);
 CREATE INDEX st_c ON st (c);
@@ -104,16 +109,17 @@ SELECT leapfrog.start('rt_stats', $$
   INSERT INTO st2 SELECT a, c FROM st2src;
   DROP TABLE st2src;
 $$);
-SELECT stxname, stxrelid::regclass FROM pg_statistic_ext
- WHERE stxnamespace = 'rt_lazy'::regnamespace ORDER BY stxname;
+SELECT stxnamespace::regnamespace, stxname, stxrelid::regclass FROM pg_statistic_ext
+ WHERE stxnamespace IN ('rt_lazy'::regnamespace, 'rt_stx'::regnamespace) ORDER BY 1, 2;
 CREATE STATISTICS st_ac ON a, c FROM st2;
 SELECT attname, o FROM pg_attribute, unnest(attoptions) o
  WHERE attrelid = 'st'::regclass AND o LIKE 'n\_distinct%';
 SELECT indexrelid::regclass FROM pg_index WHERE indrelid = 'st'::regclass AND indisclustered;
 SELECT leapfrog.complete('rt_stats');
-SELECT stxname, stxrelid::regclass FROM pg_statistic_ext
- WHERE stxnamespace = 'rt_lazy'::regnamespace ORDER BY stxname;
+SELECT stxnamespace::regnamespace, stxname, stxrelid::regclass FROM pg_statistic_ext
+ WHERE stxnamespace IN ('rt_lazy'::regnamespace, 'rt_stx'::regnamespace) ORDER BY 1, 2;
 
 RESET search_path;
 DROP SCHEMA rt_eager CASCADE;
 DROP SCHEMA rt_lazy CASCADE;
+DROP SCHEMA rt_stx CASCADE;
