@@ -231,7 +231,7 @@ SELECT m.name,
        m.state,
        m.started_at,
        m.finished_at,
-       CASE WHEN m.state = 'running'
+       CASE WHEN m.state IN ('running', 'failed')
             THEN COALESCE(m.tuples_total, p.migrated + leapfrog.remaining(m.name))
             ELSE m.tuples_total END AS tuples_total,
        CASE WHEN m.state = 'done' THEN m.tuples_total ELSE p.migrated END AS tuples_migrated,

@@ -838,6 +838,7 @@ typedef struct Batch
 	bool		more;			/* the migration has more work */
 	bool		waiting;		/* another worker ends the pass */
 	bool		failed;			/* a row error (not a serialization failure...) */
+	bool		counts;			/* it records the migration's input rows */
 	Oid			owner;			/* of a migration the batch completed ... */
 	List	   *analyze;		/* ... whose new tables to analyze (TopMemoryContext) */
 } Batch;
@@ -855,14 +856,11 @@ batch_work(Batch *b, LfMigration *mig)
 	bool		all_passes_done = true;
 	ListCell   *lc;
 
+	/* (counted once the batch commits: an aborted one records nothing) */
 	if (my_worker_number == 0 && !list_member_int(counted, mig->id))
 	{
-		MemoryContext old;
-
 		lf_record_total(mig);
-		old = MemoryContextSwitchTo(TopMemoryContext);
-		counted = lappend_int(counted, mig->id);
-		MemoryContextSwitchTo(old);
+		b->counts = true;
 	}
 	foreach(lc, mig->inputs)
 	{
@@ -932,6 +930,13 @@ run_batch(Batch *b)
 		batch_work(b, mig);
 		PopActiveSnapshot();
 		CommitTransactionCommand();
+		if (b->counts)
+		{
+			MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
+
+			counted = list_append_unique_int(counted, b->migration_id);
+			MemoryContextSwitchTo(old);
+		}
 	}
 	PG_CATCH();
 	{

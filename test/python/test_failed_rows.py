@@ -88,6 +88,10 @@ def test_fail_correct_quarantine_resume(cluster):
                 assert "acct2_balance_check" in error
         state, nfailed, error = _state(conn, "acct_v2")
         assert nfailed == len(bad) and "input row" in error
+        # The view still knows the input's rows (NULL when the first worker's
+        # first batch was the one that failed: its count was rolled back).
+        assert conn.execute("SELECT tuples_total FROM leapfrog.migrations WHERE name = %s",
+                            ["acct_v2"]).fetchone()[0] == ROWS
 
         # Another role sees none of them and may act on none.  The error
         # quotes row values: it sees the migration failed, not the error.
