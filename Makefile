@@ -29,7 +29,7 @@ REGRESS_OPTS    = --inputdir=$(srcdir)/test/regress --outputdir=test/regress \
 ISOLATION       = same_row abort rc_update rr_serialization insert_conflict start_lock \
                   background rr_completion rr_before_start fkey_snapshot rc_completion \
                   rr_worker fkey_incoming rr_replace group_claim live_input live_rows live_fence live_old_snapshot compute_reads live_shared retired_shared live_moved_seed shared_join shared_join_types live_join_complete live_stale_cache shared_null live_null quarantine_join \
-                  failed_rows rr_chain rc_chain_rounds rc_chain_keys complete_walk compute_pinned rc_stable_key ssi_computed
+                  failed_rows rr_chain rc_chain_rounds rc_chain_keys complete_walk compute_pinned rc_stable_key ssi_computed retired_row_lock
 ISOLATION_OPTS  = --inputdir=$(srcdir)/test/isolation --outputdir=test/isolation/output_iso \
                   --temp-instance=test/isolation/tmp_check_iso $(TEMP_CONFIG)
 TAP_TESTS       = 1

@@ -34,6 +34,7 @@
 #include "access/relation.h"
 #include "access/table.h"
 #include "access/tableam.h"
+#include "catalog/pg_class.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
@@ -51,6 +52,7 @@
 #include "utils/guc.h"
 #include "utils/jsonb.h"
 #include "utils/lsyscache.h"
+#include "utils/syscache.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
 
@@ -190,11 +192,34 @@ leapfrog_retired_row(PG_FUNCTION_ARGS)
 {
 	Oid			relid = PG_GETARG_OID(0);
 	ItemPointer tid = (ItemPointer) PG_GETARG_POINTER(1);
-	Relation	rel = try_relation_open(relid, AccessShareLock);
+	Relation	rel;
 	TupleTableSlot *slot;
 	Datum		result = (Datum) 0;
 	bool		found = false;
+	HeapTuple	tup;
 
+	/*
+	 * A caller without the owner's privileges may not lock the table either
+	 * (it would queue behind, and block, its owner's DDL): checked on the
+	 * catalog first, and again once locked (below).
+	 */
+	tup = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
+	if (!HeapTupleIsValid(tup))
+		PG_RETURN_NULL();
+	if (!has_privs_of_role(GetUserId(), ((Form_pg_class) GETSTRUCT(tup))->relowner))
+	{
+		LfMigration *mig;
+
+		lf_cache_load();
+		mig = lf_migration_by_input(relid);
+		if (mig == NULL || !has_privs_of_role(GetUserId(), mig->owner))
+			ereport(ERROR,
+					(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+					 errmsg("must have the privileges of the owner of the migration of \"%s\"",
+							NameStr(((Form_pg_class) GETSTRUCT(tup))->relname))));
+	}
+	ReleaseSysCache(tup);
+	rel = try_relation_open(relid, AccessShareLock);
 	if (rel == NULL)
 		PG_RETURN_NULL();
 	if (RelationGetNamespace(rel) == lf_retired_namespace() &&
