@@ -42,6 +42,7 @@
 #include "access/xact.h"
 #include "executor/execdesc.h"
 #include "miscadmin.h"
+#include "nodes/nodeFuncs.h"
 #include "nodes/parsenodes.h"
 #include "nodes/plannodes.h"
 #include "optimizer/planner.h"
@@ -592,6 +593,7 @@ extern void lf_forbid_prepare(const char *what);
 extern bool lf_chaining;
 extern bool lf_dropping_own;
 extern void lf_refuse_if_migrating(Oid relid, const char *relname, const char *what);
+extern bool lf_calls_function(Node *tree, check_function_callback fn, void *cx);
 extern bool lf_tree_uses(Node *tree, Oid classId, Oid objid);
 extern const char *lf_script_mapping_calling(Oid classId, Oid objid);
 extern void lf_install_utility_hook(void);

@@ -1643,18 +1643,6 @@ foreign_mutable_func(Oid funcid, void *cx)
 		get_func_namespace(funcid) != get_namespace_oid("leapfrog", true);
 }
 
-static bool
-calls_foreign_mutable(Node *node, void *cx)
-{
-	if (node == NULL)
-		return false;
-	if (check_functions_in_node(node, foreign_mutable_func, cx))
-		return true;
-	if (IsA(node, Query))
-		return query_tree_walker((Query *) node, calls_foreign_mutable, cx, 0);
-	return expression_tree_walker(node, calls_foreign_mutable, cx);
-}
-
 /*
  * Does the relevance query read nothing but its input?  Then the set of rows
  * it returns can only shrink (inputs only lose rows, the mapping is
@@ -1681,7 +1669,7 @@ standalone(Query *q)
 	/* the mapping, or the retired input itself (unit_key_query) */
 	if (rte->rtekind != RTE_SUBQUERY && rte->rtekind != RTE_RELATION)
 		return 0;
-	return calls_foreign_mutable((Node *) q, NULL) ? 2 : 1;
+	return lf_calls_function((Node *) q, foreign_mutable_func, NULL) ? 2 : 1;
 }
 
 /*

@@ -946,18 +946,6 @@ untrusted_function(Oid funcid, void *found)
 	return true;
 }
 
-static bool
-untrusted_function_walker(Node *node, void *found)
-{
-	if (node == NULL)
-		return false;
-	if (check_functions_in_node(node, untrusted_function, found))
-		return true;
-	if (IsA(node, Query))
-		return query_tree_walker((Query *) node, untrusted_function_walker, found, 0);
-	return expression_tree_walker(node, untrusted_function_walker, found);
-}
-
 /*
  * A domain's CHECK constraints (its base domains' too) run when a computing
  * read coerces a row to the new table's column type: as the reader.
@@ -980,7 +968,7 @@ untrusted_domain_check(Oid type, Oid *found)
 		DomainConstraintState *c = lfirst(lc);
 
 		if (c->constrainttype == DOM_CONSTRAINT_CHECK &&
-			untrusted_function_walker((Node *) c->check_expr, found))
+			lf_calls_function((Node *) c->check_expr, untrusted_function, found))
 			return true;
 	}
 	return false;
@@ -994,7 +982,7 @@ check_mapping_functions(Query *map, Oid target)
 
 	if (superuser())
 		return;
-	untrusted = query_tree_walker(map, untrusted_function_walker, &found, 0);
+	untrusted = lf_calls_function((Node *) map, untrusted_function, &found);
 	if (!untrusted)
 	{
 		Relation	rel = table_open(target, AccessShareLock);

@@ -617,42 +617,64 @@ lf_ProcessUtility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTree
 	}
 }
 
-/* Does tree call function objid (classId ProcedureRelationId) or operator objid? */
-typedef struct UsesCx
+/*
+ * Does tree (an expression, or a Query and its sub-queries) call a function
+ * for which fn(funcid, cx) is true?  (check_functions_in_node's node kinds:
+ * functions, operators' functions, aggregates, casts through I/O.)
+ */
+typedef struct CallsCx
 {
-	Oid			classId;
-	Oid			objid;
-} UsesCx;
+	check_function_callback fn;
+	void	   *cx;
+} CallsCx;
 
 static bool
-is_function(Oid funcid, void *cx)
-{
-	return funcid == ((UsesCx *) cx)->objid;
-}
-
-static bool
-uses_walker(Node *node, UsesCx *cx)
+calls_walker(Node *node, CallsCx *c)
 {
 	if (node == NULL)
 		return false;
-	if (cx->classId == ProcedureRelationId && check_functions_in_node(node, is_function, cx))
-		return true;
-	if (cx->classId == OperatorRelationId &&
-		(((IsA(node, OpExpr) || IsA(node, DistinctExpr) || IsA(node, NullIfExpr)) &&
-		  ((OpExpr *) node)->opno == cx->objid) ||
-		 (IsA(node, ScalarArrayOpExpr) && ((ScalarArrayOpExpr *) node)->opno == cx->objid)))
+	if (check_functions_in_node(node, c->fn, c->cx))
 		return true;
 	if (IsA(node, Query))
-		return query_tree_walker((Query *) node, uses_walker, cx, 0);
-	return expression_tree_walker(node, uses_walker, cx);
+		return query_tree_walker((Query *) node, calls_walker, c, 0);
+	return expression_tree_walker(node, calls_walker, c);
 }
 
 bool
+lf_calls_function(Node *tree, check_function_callback fn, void *cx)
+{
+	CallsCx		c = {fn, cx};
+
+	return calls_walker(tree, &c);
+}
+
+static bool
+is_function(Oid funcid, void *objid)
+{
+	return funcid == *(Oid *) objid;
+}
+
+static bool
+uses_operator(Node *node, Oid *opno)
+{
+	if (node == NULL)
+		return false;
+	if (((IsA(node, OpExpr) || IsA(node, DistinctExpr) || IsA(node, NullIfExpr)) &&
+		 ((OpExpr *) node)->opno == *opno) ||
+		(IsA(node, ScalarArrayOpExpr) && ((ScalarArrayOpExpr *) node)->opno == *opno))
+		return true;
+	if (IsA(node, Query))
+		return query_tree_walker((Query *) node, uses_operator, opno, 0);
+	return expression_tree_walker(node, uses_operator, opno);
+}
+
+/* Does tree call function objid (classId ProcedureRelationId) or operator objid? */
+bool
 lf_tree_uses(Node *tree, Oid classId, Oid objid)
 {
-	UsesCx		cx = {classId, objid};
-
-	return uses_walker(tree, &cx);
+	if (classId == ProcedureRelationId)
+		return lf_calls_function(tree, is_function, &objid);
+	return classId == OperatorRelationId && uses_operator(tree, &objid);
 }
 
 /*
