@@ -135,9 +135,11 @@ check_table_and_heirs(RangeVar *rv, const char *what)
 
 	if (rv == NULL)
 		return;
-	check_table(rv, what, false);
 	relid = RangeVarGetRelid(rv, NoLock, true);
-	if (!OidIsValid(relid) || !rv->inh || !has_subclass(relid))
+	if (!OidIsValid(relid))
+		return;
+	check_one_table(relid, rv->relname, what, false);
+	if (!rv->inh || !has_subclass(relid))
 		return;
 	foreach(lc, find_all_inheritors(relid, NoLock, NULL))
 		if (lfirst_oid(lc) != relid)
@@ -189,6 +191,22 @@ recurses_to_heirs(AlterTableType subtype)
 	}
 }
 
+/* The inputs and new tables of every running migration */
+static List *
+migrating_tables(void)
+{
+	List	   *tables = NIL;
+	ListCell   *lm;
+
+	foreach(lm, lf_active)
+	{
+		LfMigration *mig = lfirst(lm);
+
+		tables = list_concat(list_concat(tables, mig->inputs), mig->targets);
+	}
+	return tables;
+}
+
 /* Is type typid domain domid, or a domain over it? */
 static bool
 is_domain_over(Oid typid, Oid domid)
@@ -224,32 +242,25 @@ static void
 check_domain(AlterDomainStmt *stmt)
 {
 	Oid			domid;
-	ListCell   *lm;
+	ListCell   *lc;
 
 	if (stmt->subtype != 'C' && stmt->subtype != 'O' && stmt->subtype != 'V')
 		return;
 	domid = typenameTypeId(NULL, makeTypeNameFromNameList(stmt->typeName));
-	foreach(lm, lf_active)
+	foreach(lc, migrating_tables())
 	{
-		LfMigration *mig = lfirst(lm);
-		List	   *tables = list_concat_copy(mig->inputs, mig->targets);
-		ListCell   *lc;
+		Relation	rel = table_open(lfirst_oid(lc), AccessShareLock);
+		TupleDesc	desc = RelationGetDescr(rel);
+		bool		uses = false;
 
-		foreach(lc, tables)
-		{
-			Relation	rel = table_open(lfirst_oid(lc), AccessShareLock);
-			TupleDesc	desc = RelationGetDescr(rel);
-			bool		uses = false;
-
-			for (int i = 0; i < desc->natts && !uses; i++)
-				uses = !TupleDescAttr(desc, i)->attisdropped &&
-					is_domain_over(TupleDescAttr(desc, i)->atttypid, domid);
-			table_close(rel, AccessShareLock);
-			if (uses)
-				lf_refuse_if_migrating(lfirst_oid(lc), get_rel_name(lfirst_oid(lc)),
-									   psprintf("alter, through its domain \"%s\",",
-											   format_type_be(domid)));
-		}
+		for (int i = 0; i < desc->natts && !uses; i++)
+			uses = !TupleDescAttr(desc, i)->attisdropped &&
+				is_domain_over(TupleDescAttr(desc, i)->atttypid, domid);
+		table_close(rel, AccessShareLock);
+		if (uses)
+			lf_refuse_if_migrating(lfirst_oid(lc), get_rel_name(lfirst_oid(lc)),
+								   psprintf("alter, through its domain \"%s\",",
+										   format_type_be(domid)));
 	}
 }
 
@@ -263,27 +274,20 @@ check_typed_tables(RangeVar *rv)
 {
 	Oid			relid = RangeVarGetRelid(rv, NoLock, true);
 	Oid			typid = OidIsValid(relid) ? get_rel_type_id(relid) : InvalidOid;
-	ListCell   *lm;
+	ListCell   *lc;
 
 	if (!OidIsValid(typid))
 		return;
-	foreach(lm, lf_active)
+	foreach(lc, migrating_tables())
 	{
-		LfMigration *mig = lfirst(lm);
-		List	   *tables = list_concat_copy(mig->inputs, mig->targets);
-		ListCell   *lc;
+		HeapTuple	tup = SearchSysCache1(RELOID, ObjectIdGetDatum(lfirst_oid(lc)));
 
-		foreach(lc, tables)
-		{
-			HeapTuple	tup = SearchSysCache1(RELOID, ObjectIdGetDatum(lfirst_oid(lc)));
-
-			if (!HeapTupleIsValid(tup))
-				continue;
-			if (((Form_pg_class) GETSTRUCT(tup))->reloftype == typid)
-				lf_refuse_if_migrating(lfirst_oid(lc), NameStr(((Form_pg_class) GETSTRUCT(tup))->relname),
-									   psprintf("alter, through its type \"%s\",", rv->relname));
-			ReleaseSysCache(tup);
-		}
+		if (!HeapTupleIsValid(tup))
+			continue;
+		if (((Form_pg_class) GETSTRUCT(tup))->reloftype == typid)
+			lf_refuse_if_migrating(lfirst_oid(lc), NameStr(((Form_pg_class) GETSTRUCT(tup))->relname),
+								   psprintf("alter, through its type \"%s\",", rv->relname));
+		ReleaseSysCache(tup);
 	}
 }
 
